@@ -1,0 +1,321 @@
+// A real Kubernetes control plane for tests, in the envtest layout: a folder
+// (KUBEBUILDER_ASSETS, else .cache/kube/<version>/) holding etcd and
+// kube-apiserver, plus kube-controller-manager, kube-scheduler and kwok so
+// that Deployments become ReplicaSets and Pods that turn Running/Ready on a
+// fake node. Everything runs as local processes on free loopback ports in a
+// temp dir; a detached reaper tears it down if the test process dies.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { createWriteStream, existsSync, readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const repoRoot = path.resolve(here, '../..');
+
+/** The pinned versions (test/ground/versions.env is the one place they live). */
+export function groundVersions(): Record<string, string> {
+  const text = readFileSync(path.join(here, 'versions.env'), 'utf8');
+  return Object.fromEntries(
+    text
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l && !l.startsWith('#'))
+      .map((l) => l.split('=', 2) as [string, string]),
+  );
+}
+
+export function assetsDir(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.KUBEBUILDER_ASSETS) return env.KUBEBUILDER_ASSETS;
+  const cache = env.JOBFLEET_CACHE_DIR ?? path.join(repoRoot, '.cache');
+  return path.join(cache, 'kube', groundVersions().KUBE_VERSION ?? 'unknown');
+}
+
+/** Which binaries are missing from the assets folder (etcd and kube-apiserver are required). */
+export function missingAssets(dir: string): string[] {
+  return ['etcd', 'kube-apiserver'].filter((b) => !existsSync(path.join(dir, b)));
+}
+
+export function hasControllers(dir: string): boolean {
+  return ['kube-controller-manager', 'kube-scheduler', 'kwok'].every((b) =>
+    existsSync(path.join(dir, b)),
+  );
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export interface ControlPlane {
+  dir: string;
+  kubeconfigPath: string;
+  server: string;
+  /** true when Deployments get ReplicaSets and Pods become Ready (controllers + kwok) */
+  runsWorkloads: boolean;
+  /** the control plane's process ids (for tests of the teardown itself) */
+  pids: number[];
+  stop(): Promise<void>;
+}
+
+interface Proc {
+  name: string;
+  child: ChildProcess;
+  log: string;
+}
+
+async function waitFor(
+  what: string,
+  check: () => Promise<boolean>,
+  procs: Proc[],
+  timeoutMs = 60_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const dead = procs.find((p) => p.child.exitCode !== null || p.child.signalCode !== null);
+    if (dead) throw new Error(`${dead.name} exited while waiting for ${what}:\n${tail(dead.log)}`);
+    if (await check().catch(() => false)) return;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(
+    `timed out after ${timeoutMs} ms waiting for ${what}:\n${procs.map((p) => `--- ${p.name}\n${tail(p.log)}`).join('\n')}`,
+  );
+}
+
+function tail(file: string, lines = 30): string {
+  try {
+    return readFileSync(file, 'utf8').split('\n').slice(-lines).join('\n');
+  } catch {
+    return '(no log)';
+  }
+}
+
+/** Node's fetch cannot trust a per-request CA, so health checks go through https.get. */
+async function httpsGet(url: string, ca: string, token: string): Promise<number> {
+  const https = await import('node:https');
+  return new Promise((resolve, reject) => {
+    const req = https.get(url, { ca, headers: { authorization: `Bearer ${token}` } }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on('error', reject);
+    req.setTimeout(5000, () => req.destroy(new Error('timeout')));
+  });
+}
+
+export async function startControlPlane(
+  opts: { assets?: string; workloads?: boolean } = {},
+): Promise<ControlPlane> {
+  const assets = opts.assets ?? assetsDir();
+  const missing = missingAssets(assets);
+  if (missing.length) {
+    throw new Error(
+      `control plane binaries missing from ${assets}: ${missing.join(', ')}. Run \`make control-plane\` (builds them from the Go module proxy) or set KUBEBUILDER_ASSETS to a setup-envtest folder.`,
+    );
+  }
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'jobfleet-kube-'));
+  const procs: Proc[] = [];
+  const bin = (b: string) => path.join(assets, b);
+  const run = (name: string, args: string[], env?: NodeJS.ProcessEnv) => {
+    const log = path.join(dir, `${name}.log`);
+    const out = createWriteStream(log);
+    const child = spawn(bin(name), args, { stdio: ['ignore', 'pipe', 'pipe'], env });
+    child.stdout?.pipe(out);
+    child.stderr?.pipe(out);
+    procs.push({ name, child, log });
+    return child;
+  };
+
+  const stop = async () => {
+    for (const p of [...procs].reverse()) {
+      if (p.child.exitCode !== null || p.child.signalCode !== null) continue;
+      const exited = new Promise((r) => p.child.once('exit', r));
+      p.child.kill('SIGTERM');
+      const timer = setTimeout(() => p.child.kill('SIGKILL'), 5000);
+      await exited;
+      clearTimeout(timer);
+    }
+    reaper.kill('SIGTERM');
+    if (process.env.JOBFLEET_TEST_KEEP_CONTROL_PLANE !== '1') {
+      await rm(dir, { recursive: true, force: true });
+    }
+  };
+
+  // Started first so that even a failure half-way through leaves nothing behind.
+  const reaperArgs = () => [
+    path.join(here, 'reaper.mjs'),
+    String(process.pid),
+    dir,
+    ...procs.map((p) => String(p.child.pid)),
+  ];
+  let reaper = spawn(process.execPath, reaperArgs(), { detached: true, stdio: 'ignore' });
+  reaper.unref();
+  const rearm = () => {
+    reaper.kill('SIGTERM');
+    reaper = spawn(process.execPath, reaperArgs(), { detached: true, stdio: 'ignore' });
+    reaper.unref();
+  };
+
+  try {
+    const token = randomBytes(24).toString('hex');
+    const [etcdPort, peerPort, apiPort] = await Promise.all([freePort(), freePort(), freePort()]);
+    const certDir = path.join(dir, 'certs');
+    await mkdir(certDir);
+    const { publicKey, privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+    const saPub = path.join(dir, 'sa.pub');
+    const saKey = path.join(dir, 'sa.key');
+    await writeFile(saPub, publicKey.export({ type: 'spki', format: 'pem' }));
+    await writeFile(saKey, privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    const tokens = path.join(dir, 'tokens.csv');
+    await writeFile(tokens, `${token},admin,admin,system:masters\n`);
+
+    const etcdUrl = `http://127.0.0.1:${etcdPort}`;
+    run('etcd', [
+      `--data-dir=${path.join(dir, 'etcd')}`,
+      `--listen-client-urls=${etcdUrl}`,
+      `--advertise-client-urls=${etcdUrl}`,
+      `--listen-peer-urls=http://127.0.0.1:${peerPort}`,
+      `--initial-advertise-peer-urls=http://127.0.0.1:${peerPort}`,
+      `--initial-cluster=default=http://127.0.0.1:${peerPort}`,
+      '--unsafe-no-fsync=true',
+      '--log-level=warn',
+    ]);
+    rearm();
+    await waitFor('etcd /health', async () => (await fetch(`${etcdUrl}/health`)).ok, procs);
+
+    run('kube-apiserver', [
+      '--advertise-address=127.0.0.1',
+      '--bind-address=127.0.0.1',
+      `--secure-port=${apiPort}`,
+      `--etcd-servers=${etcdUrl}`,
+      `--cert-dir=${certDir}`,
+      '--service-cluster-ip-range=10.0.0.0/24',
+      '--allow-privileged=true',
+      '--authorization-mode=RBAC',
+      `--token-auth-file=${tokens}`,
+      '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
+      `--service-account-key-file=${saPub}`,
+      `--service-account-signing-key-file=${saKey}`,
+      '--endpoint-reconciler-type=none',
+      // No node-lifecycle controller runs to lift the not-ready taint this
+      // plugin puts on new (fake) nodes, so pods would never schedule.
+      '--disable-admission-plugins=TaintNodesByCondition',
+      '--v=0',
+    ]);
+    rearm();
+    const server = `https://127.0.0.1:${apiPort}`;
+    const caFile = path.join(certDir, 'apiserver.crt');
+    await waitFor(
+      'kube-apiserver /readyz',
+      async () =>
+        existsSync(caFile) &&
+        (await httpsGet(`${server}/readyz`, await readFile(caFile, 'utf8'), token)) === 200,
+      procs,
+    );
+
+    const kubeconfigPath = path.join(dir, 'kubeconfig');
+    await writeFile(kubeconfigPath, kubeconfigYaml(server, caFile, token));
+
+    const runsWorkloads = (opts.workloads ?? true) && hasControllers(assets);
+    if (runsWorkloads) {
+      startWorkloadControllers(dir, kubeconfigPath, saKey, caFile, run);
+      rearm();
+      await createFakeNode(kubeconfigPath, procs);
+    }
+    const pids = procs.map((p) => p.child.pid ?? 0);
+    return { dir, kubeconfigPath, server, runsWorkloads, pids, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+function kubeconfigYaml(server: string, caFile: string, token: string): string {
+  return JSON.stringify({
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [{ name: 'test', cluster: { server, 'certificate-authority': caFile } }],
+    users: [{ name: 'admin', user: { token } }],
+    contexts: [{ name: 'test', context: { cluster: 'test', user: 'admin' } }],
+    'current-context': 'test',
+  });
+}
+
+function startWorkloadControllers(
+  dir: string,
+  kubeconfig: string,
+  saKey: string,
+  caFile: string,
+  run: (name: string, args: string[], env?: NodeJS.ProcessEnv) => ChildProcess,
+): void {
+  run('kube-controller-manager', [
+    `--kubeconfig=${kubeconfig}`,
+    '--leader-elect=false',
+    '--secure-port=0',
+    '--controllers=deployment,replicaset,garbagecollector,namespace,serviceaccount,disruption,root-ca-cert-publisher',
+    `--service-account-private-key-file=${saKey}`,
+    `--root-ca-file=${caFile}`,
+    '--kube-api-qps=100',
+    '--kube-api-burst=200',
+  ]);
+  run('kube-scheduler', [`--kubeconfig=${kubeconfig}`, '--leader-elect=false', '--secure-port=0']);
+  // HOME points into the temp dir: kwok always reads ~/.kwok/kwok.yaml.
+  run(
+    'kwok',
+    [
+      `--kubeconfig=${kubeconfig}`,
+      '--manage-all-nodes=false',
+      '--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake',
+      '--node-lease-duration-seconds=40',
+      '--cidr=10.244.0.1/16',
+      '--node-ip=10.1.0.1',
+      `--config=${path.join(here, 'kwok-stages.yaml')}`,
+    ],
+    { ...process.env, HOME: dir, KWOK_WORKDIR: dir },
+  );
+}
+
+/** One fake node that kwok keeps Ready; the scheduler places every pod there. */
+export const fakeNode = {
+  apiVersion: 'v1',
+  kind: 'Node',
+  metadata: {
+    name: 'kwok-node-0',
+    annotations: { 'kwok.x-k8s.io/node': 'fake' },
+    labels: {
+      'kubernetes.io/hostname': 'kwok-node-0',
+      'kubernetes.io/os': 'linux',
+      'kubernetes.io/arch': 'amd64',
+      type: 'kwok',
+    },
+  },
+  status: {
+    allocatable: { cpu: '64', memory: '256Gi', pods: '500' },
+    capacity: { cpu: '64', memory: '256Gi', pods: '500' },
+  },
+};
+
+async function createFakeNode(kubeconfigPath: string, procs: Proc[]): Promise<void> {
+  const k8s = await import('@kubernetes/client-node');
+  const kc = new k8s.KubeConfig();
+  kc.loadFromFile(kubeconfigPath);
+  const core = kc.makeApiClient(k8s.CoreV1Api);
+  await core.createNode({ body: fakeNode });
+  await waitFor(
+    'the kwok node to be Ready',
+    async () => {
+      const node = await core.readNode({ name: fakeNode.metadata.name });
+      return !!node.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
+    },
+    procs,
+  );
+}
