@@ -12,6 +12,7 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
+          sequence: { groupOrder: 0 },
           environment: 'node',
         },
       },
@@ -19,6 +20,7 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
+          sequence: { groupOrder: 1 },
           environment: 'node',
           globalSetup: ['test/ground/global-setup.ts'],
           testTimeout: 60_000,
