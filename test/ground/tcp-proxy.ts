@@ -1,0 +1,59 @@
+// A loopback TCP proxy a test can cut and restore: a real network partition
+// between one client and a real service, without touching the service other
+// tests share.
+import net from 'node:net';
+
+export interface TcpProxy {
+  port: number;
+  /** refuse new connections and reset open ones */
+  cut(): void;
+  restore(): void;
+  close(): Promise<void>;
+}
+
+export async function startTcpProxy(targetHost: string, targetPort: number): Promise<TcpProxy> {
+  let up = true;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    if (!up) {
+      client.resetAndDestroy();
+      return;
+    }
+    const upstream = net.connect(targetPort, targetHost);
+    sockets.add(client).add(upstream);
+    const drop = () => {
+      sockets.delete(client);
+      sockets.delete(upstream);
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', drop).on('close', drop);
+    upstream.on('error', drop).on('close', drop);
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const cut = () => {
+    up = false;
+    for (const s of sockets) s.resetAndDestroy();
+    sockets.clear();
+  };
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    cut,
+    restore() {
+      up = true;
+    },
+    close() {
+      cut();
+      return new Promise((r) => server.close(() => r()));
+    },
+  };
+}
+
+/** The same URL, pointed at the proxy. */
+export function viaProxy(url: string, proxy: TcpProxy): string {
+  const u = new URL(url);
+  u.hostname = '127.0.0.1';
+  u.port = String(proxy.port);
+  return u.toString();
+}

@@ -1,0 +1,191 @@
+// The claim store: PostgreSQL adapter for idempotency claims and dead-letter
+// records. Every method is one round trip (migrate aside).
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type pg from 'pg';
+import { LOCK_ID, MIGRATIONS, SQL } from './claims-sql.js';
+
+export type ClaimOutcome =
+  | {
+      outcome: 'new' | 'retry' | 'takeover';
+      owner: string;
+      attempts: number;
+      lastError: string | null;
+      firstSeenAt: Date;
+    }
+  | { outcome: 'completed'; result: unknown; attempts: number }
+  | { outcome: 'dead_lettered'; attempts: number }
+  | { outcome: 'held'; until: Date | null; attempts: number }
+  | { outcome: 'not_due'; until: Date | null; attempts: number };
+
+export interface DeadLetterRecord {
+  deliveryId: string;
+  jobId: string | null;
+  key: string | null;
+  type: string | null;
+  schemaVersion: number | null;
+  attempts: number;
+  reason: string;
+  failureClass: string;
+  queue: string;
+  owner: string | null;
+  revision: string | null;
+  payloadHash: string;
+  firstSeenAt: Date | null;
+  /** the claim we hold on `key`, if any: it is marked dead-lettered in the same statement */
+  claimOwner: string | null;
+}
+
+interface ClaimRow {
+  outcome: string;
+  attempts: number;
+  last_error: string | null;
+  result: unknown;
+  wait_until: Date | null;
+  first_seen_at: Date;
+}
+
+export function poolConfig(url: string, caFile?: string): pg.PoolConfig {
+  const config: pg.PoolConfig = { connectionString: url, max: 10, connectionTimeoutMillis: 5000 };
+  // A mounted CA bundle for sslmode=verify-*; the URL's own sslrootcert also works.
+  if (caFile) config.ssl = { ca: readFileSync(caFile, 'utf8'), rejectUnauthorized: true };
+  return config;
+}
+
+export class ClaimStore {
+  constructor(readonly pool: pg.Pool) {}
+
+  /** Applies pending migrations; safe when several workers start at once. */
+  async migrate(): Promise<number[]> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('begin');
+      await client.query('select pg_advisory_xact_lock($1)', [LOCK_ID]);
+      await client.query(SQL.migrationsTable);
+      const done = new Set(
+        (await client.query<{ version: number }>(SQL.appliedVersions)).rows.map((r) => r.version),
+      );
+      const applied: number[] = [];
+      for (const m of MIGRATIONS) {
+        if (done.has(m.version)) continue;
+        await client.query(m.sql);
+        await client.query(SQL.recordMigration, [m.version]);
+        applied.push(m.version);
+      }
+      await client.query('commit');
+      return applied;
+    } catch (err) {
+      await client.query('rollback').catch(() => undefined);
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+
+  async claim(
+    key: string,
+    leaseSeconds: number,
+    jobId: string,
+    type: string,
+  ): Promise<ClaimOutcome> {
+    const owner = randomUUID();
+    const { rows } = await this.pool.query<ClaimRow>(SQL.claim, [
+      key,
+      owner,
+      leaseSeconds,
+      jobId,
+      type,
+    ]);
+    const row = rows[0];
+    if (!row) {
+      // The row was inserted by a concurrent claim after this statement's
+      // snapshot: someone else holds it right now.
+      return { outcome: 'held', until: null, attempts: 0 };
+    }
+    switch (row.outcome) {
+      case 'new':
+      case 'retry':
+      case 'takeover':
+        return {
+          outcome: row.outcome,
+          owner,
+          attempts: row.attempts,
+          lastError: row.last_error,
+          firstSeenAt: row.first_seen_at,
+        };
+      case 'completed':
+        return { outcome: 'completed', result: row.result, attempts: row.attempts };
+      case 'dead_lettered':
+        return { outcome: 'dead_lettered', attempts: row.attempts };
+      case 'not_due':
+        return { outcome: 'not_due', until: row.wait_until, attempts: row.attempts };
+      default:
+        return { outcome: 'held', until: row.wait_until, attempts: row.attempts };
+    }
+  }
+
+  async renew(
+    key: string,
+    owner: string,
+    leaseSeconds: number,
+    client: pg.ClientBase | pg.Pool = this.pool,
+  ): Promise<boolean> {
+    return ((await client.query(SQL.renew, [key, owner, leaseSeconds])).rowCount ?? 0) === 1;
+  }
+
+  /** Records the terminal result; false when the claim was lost (fenced out). */
+  async complete(
+    key: string,
+    owner: string,
+    result: unknown,
+    client: pg.ClientBase | pg.Pool = this.pool,
+  ): Promise<boolean> {
+    const r = await client.query(SQL.complete, [key, owner, JSON.stringify(result ?? null)]);
+    return (r.rowCount ?? 0) === 1;
+  }
+
+  async releaseForRetry(
+    key: string,
+    owner: string,
+    delaySeconds: number,
+    error: string,
+  ): Promise<boolean> {
+    return (
+      ((await this.pool.query(SQL.releaseForRetry, [key, owner, delaySeconds, error])).rowCount ??
+        0) === 1
+    );
+  }
+
+  async releaseForDrain(key: string, owner: string): Promise<boolean> {
+    return ((await this.pool.query(SQL.releaseForDrain, [key, owner])).rowCount ?? 0) === 1;
+  }
+
+  async recordDeadLetter(d: DeadLetterRecord): Promise<{ recorded: boolean }> {
+    const { rows } = await this.pool.query<{ id: string | null }>(SQL.deadLetter, [
+      d.deliveryId,
+      d.jobId,
+      d.key,
+      d.type,
+      d.schemaVersion,
+      d.attempts,
+      d.reason,
+      d.failureClass,
+      d.queue,
+      d.owner,
+      d.revision,
+      d.payloadHash,
+      d.firstSeenAt,
+      d.claimOwner,
+    ]);
+    return { recorded: rows[0]?.id != null };
+  }
+
+  /** Deletes completed claims older than the retention, one index-ordered batch. */
+  async sweepCompleted(retentionSeconds: number, batch = 1000): Promise<number> {
+    return (await this.pool.query(SQL.sweepCompleted, [retentionSeconds, batch])).rowCount ?? 0;
+  }
+
+  async ping(): Promise<void> {
+    await this.pool.query('select 1');
+  }
+}

@@ -1,0 +1,162 @@
+// The claim store's SQL, as text: one place to read every statement the
+// worker sends to PostgreSQL. Each statement is one round trip; the claim and
+// the completion are the only two on the happy path.
+
+/** Migrations, applied in order under an advisory lock so that many workers may start at once. */
+export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
+  {
+    version: 1,
+    sql: `
+create table jobfleet_claims (
+  key            text primary key,
+  state          text not null check (state in ('running', 'released', 'completed', 'dead_lettered')),
+  owner          uuid,
+  lease_until    timestamptz,
+  retry_at       timestamptz,
+  attempts       integer not null default 0,
+  takeovers      integer not null default 0,
+  last_claim     text,
+  job_id         text,
+  type           text,
+  result         jsonb,
+  last_error     text,
+  first_seen_at  timestamptz not null default now(),
+  updated_at     timestamptz not null default now(),
+  completed_at   timestamptz
+);
+-- retention sweeps walk only completed rows, oldest first
+create index jobfleet_claims_completed_at on jobfleet_claims (completed_at) where state = 'completed';
+
+create table jobfleet_dead_letters (
+  id               bigserial primary key,
+  delivery_id      text not null,
+  job_id           text,
+  key              text,
+  type             text,
+  schema_version   integer,
+  attempts         integer not null,
+  reason           text not null,
+  failure_class    text not null,
+  queue            text not null,
+  owner            text,
+  revision         text,
+  payload_hash     text not null,
+  first_seen_at    timestamptz,
+  dead_lettered_at timestamptz not null default now(),
+  status           text not null default 'quarantined',
+  -- a crash between the DLQ publish and the ack redelivers the message; the
+  -- second dead-lettering of the same delivery and attempt records nothing new
+  unique (delivery_id, attempts)
+);
+create index jobfleet_dead_letters_quarantined on jobfleet_dead_letters (dead_lettered_at) where status = 'quarantined';
+`,
+  },
+];
+
+export const LOCK_ID = 0x6a6f62666c; // "jobfl": serialises migrations across workers
+
+export const SQL = {
+  migrationsTable: `create table if not exists jobfleet_schema_migrations (
+    version integer primary key, applied_at timestamptz not null default now())`,
+  appliedVersions: `select version from jobfleet_schema_migrations`,
+  recordMigration: `insert into jobfleet_schema_migrations (version) values ($1)`,
+
+  /**
+   * $1 key, $2 owner, $3 lease seconds, $4 job id, $5 type.
+   * Claims a new key, re-claims a released one whose retry time has come, or
+   * takes over a running claim whose lease expired (a dead worker's). When it
+   * cannot claim, the second branch reports why, in the same round trip.
+   */
+  claim: `
+with claimed as (
+  insert into jobfleet_claims as c
+    (key, state, owner, lease_until, attempts, last_claim, job_id, type)
+  values ($1, 'running', $2, now() + make_interval(secs => $3), 1, 'new', $4, $5)
+  on conflict (key) do update set
+    state       = 'running',
+    owner       = excluded.owner,
+    lease_until = excluded.lease_until,
+    retry_at    = null,
+    attempts    = c.attempts + 1,
+    takeovers   = c.takeovers + (c.state = 'running')::int,
+    last_claim  = case when c.state = 'running' then 'takeover' else 'retry' end,
+    job_id      = excluded.job_id,
+    type        = excluded.type,
+    updated_at  = now()
+  where (c.state = 'released' and (c.retry_at is null or c.retry_at <= now()))
+     or (c.state = 'running' and c.lease_until < now())
+  returning c.last_claim as outcome, c.attempts, c.last_error, null::jsonb as result,
+            null::timestamptz as wait_until, c.first_seen_at
+)
+select * from claimed
+union all
+select case state when 'completed' then 'completed'
+                  when 'dead_lettered' then 'dead_lettered'
+                  when 'released' then 'not_due'
+                  else 'held' end,
+       attempts, last_error, result,
+       case state when 'released' then retry_at when 'running' then lease_until end,
+       first_seen_at
+from jobfleet_claims
+where key = $1 and not exists (select 1 from claimed)`,
+
+  /** $1 key: the fallback read when a concurrent insert hid the row from the claim's snapshot. */
+  peek: `select state, attempts, lease_until from jobfleet_claims where key = $1`,
+
+  /** $1 key, $2 owner, $3 lease seconds. Fenced: only the current owner extends its lease. */
+  renew: `update jobfleet_claims set lease_until = now() + make_interval(secs => $3), updated_at = now()
+          where key = $1 and owner = $2 and state = 'running'`,
+
+  /** $1 key, $2 owner, $3 result. Fenced: a worker whose lease was taken over records nothing. */
+  complete: `update jobfleet_claims
+             set state = 'completed', result = $3, lease_until = null, completed_at = now(), updated_at = now()
+             where key = $1 and owner = $2 and state = 'running'`,
+
+  /** $1 key, $2 owner, $3 seconds until the retry may run, $4 error. */
+  releaseForRetry: `update jobfleet_claims
+                    set state = 'released', lease_until = null, retry_at = now() + make_interval(secs => $3),
+                        last_error = $4, updated_at = now()
+                    where key = $1 and owner = $2 and state = 'running'`,
+
+  /**
+   * $1 key, $2 owner. A drain gives the claim back at once and refunds the
+   * attempt: the handler was stopped by a deploy, not by its own failure.
+   */
+  releaseForDrain: `update jobfleet_claims
+                    set state = 'released', lease_until = null, retry_at = null,
+                        attempts = greatest(attempts - 1, 0), updated_at = now()
+                    where key = $1 and owner = $2 and state = 'running'`,
+
+  /**
+   * $1 delivery id, $2 job id, $3 key, $4 type, $5 schema version, $6 attempts,
+   * $7 reason, $8 failure class, $9 queue, $10 owner team, $11 revision,
+   * $12 payload hash, $13 first seen, $14 claim owner (null: never claimed).
+   * Records the dead letter and, when we hold the claim, marks the key
+   * dead-lettered — atomically, in one round trip.
+   */
+  deadLetter: `
+with dl as (
+  insert into jobfleet_dead_letters
+    (delivery_id, job_id, key, type, schema_version, attempts, reason, failure_class,
+     queue, owner, revision, payload_hash, first_seen_at)
+  values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+  on conflict (delivery_id, attempts) do nothing
+  returning id
+), claim as (
+  update jobfleet_claims
+  set state = 'dead_lettered', lease_until = null, last_error = $7, updated_at = now()
+  where $14::uuid is not null and key = $3 and owner = $14::uuid and state = 'running'
+  returning 1
+)
+select (select id from dl) as id, (select count(*) from claim)::int as claim_updated`,
+
+  /** $1 retention seconds, $2 batch size. Uses the partial index on completed_at. */
+  sweepCompleted: `
+delete from jobfleet_claims
+where key in (
+  select key from jobfleet_claims
+  where state = 'completed' and completed_at < now() - make_interval(secs => $1)
+  order by completed_at
+  limit $2
+)`,
+} as const;

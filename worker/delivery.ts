@@ -1,0 +1,481 @@
+// The per-delivery state machine (docs/worker.md has it as a table):
+// decode → claim → run → record → ack. The rule that everything here serves:
+// a message is acked only after its durable terminal record exists (a
+// completed claim, a confirmed retry copy, or a confirmed dead letter plus its
+// PostgreSQL record). When a record cannot be written the delivery is
+// returned to the broker unacked.
+import { createHash } from 'node:crypto';
+import type { ConsumeMessage, MessageProperties } from 'amqplib';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import { retryDelayMs, tierFor } from './backoff.js';
+import type { ClaimStore } from './claim-store.js';
+import type { Contract } from './contract.js';
+import { compactReason, decodeDelivery, type Envelope, type FailureClass } from './envelope.js';
+import { Permanent, Throttled } from './errors.js';
+import type { WorkerMetrics } from './metrics.js';
+import { HEADERS } from './producer.js';
+
+export interface Job<P = unknown> extends Envelope<P> {
+  /** 1 for the first run; counts every run of this key, crashed ones included */
+  attempt: number;
+}
+
+export interface HandlerContext {
+  /** the idempotency key: pass it to the downstream so that its effect happens once */
+  key: string;
+  attempt: number;
+  /** aborts when the drain deadline passes or the claim's lease is lost */
+  signal: AbortSignal;
+  log: Logger;
+  /** transactional mode: the client whose transaction also records completion */
+  tx?: pg.PoolClient;
+}
+
+export type Handler = (job: Job, ctx: HandlerContext) => Promise<unknown>;
+
+/** Named points where a test may kill the process (fault matrix); no-ops otherwise. */
+export type FaultPoint = 'after-claim' | 'after-handler' | 'after-record' | 'before-ack';
+
+export interface DeliveryDeps {
+  queue: string;
+  deadLetterQueue: string;
+  contract: Contract;
+  handlers: ReadonlyMap<string, Handler>;
+  mode: 'external' | 'transactional';
+  store: ClaimStore;
+  /** told of each claim taken, so that a drain can give back claims of handlers that ignore the signal */
+  claimed?(key: string, owner: string): void;
+  leaseSeconds: number;
+  maxAttempts: number;
+  maxMessageBytes: number;
+  initialDelayMs: number;
+  maxDelayMs: number;
+  tiers: ReadonlyMap<number, string>;
+  deadLetterOwner: string | null;
+  revision: string | null;
+  /** publishes with a publisher confirm; rejects when the broker refuses or the channel dies */
+  publish(queue: string, content: Buffer, props: Partial<MessageProperties>): Promise<void>;
+  ack(msg: ConsumeMessage): void;
+  /** returns the delivery to the broker unacked (requeue) */
+  requeue(msg: ConsumeMessage): void;
+  /** the claim store failed: stop consuming until it answers again */
+  storeDown(err: unknown): void;
+  /** a signal that aborts when the worker's drain deadline passes */
+  drainSignal: AbortSignal;
+  metrics: WorkerMetrics;
+  log: Logger;
+  now: () => number;
+  random: () => number;
+  fault: (point: FaultPoint) => void;
+}
+
+export type DeliveryResult =
+  'completed' | 'duplicate' | 'retried' | 'dead_lettered' | 'delayed' | 'requeued' | 'drained';
+
+const header = (msg: ConsumeMessage, name: string): unknown => msg.properties.headers?.[name];
+
+const numberHeader = (msg: ConsumeMessage, name: string): number | undefined => {
+  const v = header(msg, name);
+  const n = typeof v === 'number' ? v : typeof v === 'string' ? Number(v) : NaN;
+  return Number.isFinite(n) ? n : undefined;
+};
+
+/** Thrown when a durable record cannot be written: the delivery goes back unacked. */
+class StoreUnavailable extends Error {}
+
+export async function handleDelivery(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+): Promise<DeliveryResult> {
+  try {
+    return await step(msg, d);
+  } catch (err) {
+    // Whatever went wrong (claim store down, broker refused a confirm), the
+    // delivery has no terminal record: give it back, unacked.
+    if (err instanceof StoreUnavailable || isStoreError(err)) d.storeDown(err);
+    d.log.warn(
+      { err: compactReason(String((err as Error)?.message ?? err)) },
+      'delivery returned to the broker unacked',
+    );
+    d.requeue(msg);
+    return 'requeued';
+  }
+}
+
+function isStoreError(err: unknown): boolean {
+  // pg errors carry a SQLSTATE `code`; connection failures are plain Errors from pg's pool.
+  const e = err as { code?: unknown; message?: unknown } | undefined;
+  if (!e) return false;
+  if (typeof e.code === 'string' && /^(08|57|53|XX)/.test(e.code)) return true;
+  return (
+    typeof e.message === 'string' &&
+    /(ECONNREFUSED|ECONNRESET|terminat|Connection terminated|timeout exceeded when trying to connect|connect ETIMEDOUT)/i.test(
+      e.message,
+    )
+  );
+}
+
+async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResult> {
+  if (msg.fields.redelivered) d.metrics.redeliveries.inc();
+  const decoded = decodeDelivery(msg.content, {
+    maxBytes: d.maxMessageBytes,
+    types: new Set(d.handlers.keys()),
+    contract: d.contract,
+  });
+  if (decoded.ok || decoded.partial?.schemaVersion !== undefined) {
+    const v = decoded.ok ? decoded.envelope.schemaVersion : decoded.partial?.schemaVersion;
+    d.metrics.schemaVersionSeen.inc({
+      version: v !== undefined && v <= 1000 ? String(v) : 'other',
+    });
+  }
+  if (!decoded.ok) {
+    return deadLetter(msg, d, {
+      envelope: decoded.partial ?? {},
+      failureClass: decoded.failureClass,
+      reason: decoded.reason,
+      attempts: numberHeader(msg, HEADERS.attempt) ?? 0,
+      claimOwner: null,
+      firstSeenAt: null,
+    });
+  }
+  const env = decoded.envelope;
+  observeAge(msg, env, d);
+
+  // A retry that arrives before its time (a delay longer than every tier, or
+  // a copy moved by hand) waits again, without spending an attempt.
+  const notBefore = numberHeader(msg, HEADERS.notBefore);
+  if (notBefore !== undefined && notBefore > d.now() + 50) {
+    return delay(msg, d, env, notBefore - d.now(), null);
+  }
+
+  const claim = await d.store.claim(env.key, d.leaseSeconds, env.id, env.type);
+  switch (claim.outcome) {
+    case 'completed':
+    case 'dead_lettered':
+      // The same operation already reached its end: one business effect.
+      d.metrics.jobs.inc({ type: env.type, outcome: 'duplicate' });
+      d.fault('before-ack');
+      d.ack(msg);
+      return 'duplicate';
+    case 'held':
+      d.metrics.claimConflicts.inc();
+      return delay(msg, d, env, waitMs(claim.until, d), 'claim_conflict');
+    case 'not_due':
+      return delay(msg, d, env, waitMs(claim.until, d), null);
+  }
+
+  const { owner } = claim;
+  d.claimed?.(env.key, owner);
+  d.fault('after-claim');
+  if (claim.attempts > d.maxAttempts) {
+    // Runs that crashed the process count too: a poison message cannot loop forever.
+    return deadLetter(msg, d, {
+      envelope: env,
+      failureClass: 'attempts_exhausted',
+      reason: `gave up after ${d.maxAttempts} attempts; last error: ${claim.lastError ?? 'the worker stopped mid-run (crash or kill)'}`,
+      attempts: claim.attempts - 1,
+      claimOwner: owner,
+      firstSeenAt: claim.firstSeenAt,
+    });
+  }
+  if (claim.outcome === 'takeover') {
+    d.log.info(
+      { key: env.key, type: env.type, attempt: claim.attempts },
+      'took over an expired claim',
+    );
+  }
+  return run(msg, d, env, owner, claim.attempts, claim.firstSeenAt);
+}
+
+function waitMs(until: Date | null, d: DeliveryDeps): number {
+  const ms = until ? until.getTime() - d.now() : d.initialDelayMs;
+  return Math.min(d.maxDelayMs, Math.max(d.initialDelayMs, ms));
+}
+
+function observeAge(msg: ConsumeMessage, env: Envelope, d: DeliveryDeps): void {
+  const due = numberHeader(msg, HEADERS.notBefore);
+  const created = Date.parse(env.createdAt);
+  const since = due ?? (Number.isFinite(created) ? created : msg.properties.timestamp * 1000);
+  if (Number.isFinite(since)) d.metrics.messageAge.observe(Math.max(0, (d.now() - since) / 1000));
+}
+
+async function run(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  env: Envelope,
+  owner: string,
+  attempt: number,
+  firstSeenAt: Date,
+): Promise<DeliveryResult> {
+  const handler = d.handlers.get(env.type) as Handler;
+  const lease = new AbortController();
+  const signal = AbortSignal.any([lease.signal, d.drainSignal]);
+  // Transactional mode holds the claim row's lock instead (see below).
+  const renewal =
+    d.mode === 'external'
+      ? setInterval(
+          () => {
+            d.store.renew(env.key, owner, d.leaseSeconds).then(
+              (held) => {
+                if (!held) lease.abort(new Error('claim lease lost'));
+              },
+              () => undefined, // a store blip: the next tick retries; the lease has slack for two misses
+            );
+          },
+          Math.max(1000, (d.leaseSeconds * 1000) / 3),
+        )
+      : undefined;
+
+  const log = d.log.child({ type: env.type, jobId: env.id, attempt });
+  const job: Job = { ...env, attempt };
+  const started = d.now();
+  d.metrics.inflight.inc();
+  let tx: pg.PoolClient | undefined;
+  try {
+    let result: unknown;
+    let recorded: boolean;
+    if (d.mode === 'transactional') {
+      tx = await d.store.pool.connect();
+      await tx.query('begin');
+      // Renewing inside the transaction takes the claim row's lock: no
+      // takeover can happen until we commit or roll back, however long the
+      // handler runs, and a crash releases it with the connection.
+      if (!(await d.store.renew(env.key, owner, d.leaseSeconds, tx))) {
+        await tx.query('rollback');
+        return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
+      }
+      result = await handler(job, { key: env.key, attempt, signal, log, tx });
+      d.fault('after-handler');
+      recorded = await d.store.complete(env.key, owner, result, tx);
+      if (recorded) await tx.query('commit');
+      else await tx.query('rollback');
+    } else {
+      result = await handler(job, { key: env.key, attempt, signal, log });
+      d.fault('after-handler');
+      recorded = await recordCompletion(d, env.key, owner, result);
+    }
+    d.metrics.handlerDuration.observe({ type: env.type }, (d.now() - started) / 1000);
+    if (!recorded) {
+      // Our lease was taken over: the new owner's record stands. Ask again later.
+      return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
+    }
+    d.fault('after-record');
+    d.metrics.jobs.inc({ type: env.type, outcome: 'completed' });
+    d.fault('before-ack');
+    d.ack(msg);
+    return 'completed';
+  } catch (err) {
+    d.metrics.handlerDuration.observe({ type: env.type }, (d.now() - started) / 1000);
+    if (tx) await tx.query('rollback').catch(() => undefined);
+    if (err instanceof StoreUnavailable || isStoreError(err)) throw err;
+    if (d.drainSignal.aborted) {
+      // Stopped by the drain deadline, not by its own failure: give the claim
+      // back (refunding the attempt) and leave the delivery unacked.
+      await d.store.releaseForDrain(env.key, owner).catch(() => undefined);
+      return 'drained';
+    }
+    return failed(msg, d, env, owner, attempt, firstSeenAt, err);
+  } finally {
+    clearInterval(renewal);
+    d.metrics.inflight.dec();
+    tx?.release();
+  }
+}
+
+/**
+ * The side effect has happened; its record must be written before the ack.
+ * A store blip is retried for a while (holding the delivery) rather than
+ * letting the message run again.
+ */
+async function recordCompletion(
+  d: DeliveryDeps,
+  key: string,
+  owner: string,
+  result: unknown,
+): Promise<boolean> {
+  const deadline = d.now() + (d.leaseSeconds * 1000) / 2;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await d.store.complete(key, owner, result);
+    } catch (err) {
+      if (!isStoreError(err) || d.now() + 500 * 2 ** attempt > deadline)
+        throw new StoreUnavailable(String(err));
+      await new Promise((r) => setTimeout(r, 500 * 2 ** Math.min(attempt, 4)));
+    }
+  }
+}
+
+async function failed(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  env: Envelope,
+  owner: string,
+  attempt: number,
+  firstSeenAt: Date,
+  err: unknown,
+): Promise<DeliveryResult> {
+  const message = compactReason(err instanceof Error ? `${err.name}: ${err.message}` : String(err));
+  if (err instanceof Permanent) {
+    return deadLetter(msg, d, {
+      envelope: env,
+      failureClass: 'permanent',
+      reason: message,
+      attempts: attempt,
+      claimOwner: owner,
+      firstSeenAt,
+    });
+  }
+  if (attempt >= d.maxAttempts) {
+    return deadLetter(msg, d, {
+      envelope: env,
+      failureClass: 'attempts_exhausted',
+      reason: compactReason(`gave up after ${attempt} attempts; last error: ${message}`),
+      attempts: attempt,
+      claimOwner: owner,
+      firstSeenAt,
+    });
+  }
+  const throttled = err instanceof Throttled;
+  if (throttled) d.metrics.throttled.inc({ type: env.type });
+  const delayMs = retryDelayMs(
+    { initialDelayMs: d.initialDelayMs, maxDelayMs: d.maxDelayMs },
+    attempt,
+    throttled ? err.retryAfterMs : undefined,
+    d.random,
+  );
+  // Release first, with the retry time, so that no other copy of this key can
+  // run early; then the confirmed retry copy; then the ack.
+  if (!(await d.store.releaseForRetry(env.key, owner, delayMs / 1000, message))) {
+    return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
+  }
+  d.metrics.retries.inc({ type: env.type, reason: throttled ? 'throttled' : 'error' });
+  d.metrics.jobs.inc({ type: env.type, outcome: 'retried' });
+  await publishDelayed(msg, d, delayMs, {
+    [HEADERS.attempt]: attempt,
+    [HEADERS.lastError]: message,
+  });
+  d.fault('before-ack');
+  d.ack(msg);
+  return 'retried';
+}
+
+/** Waits again without spending an attempt (claim conflict, early arrival, lost lease). */
+async function delay(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  env: Envelope,
+  delayMs: number,
+  reason: 'claim_conflict' | 'lease_lost' | null,
+): Promise<DeliveryResult> {
+  if (reason) d.metrics.retries.inc({ type: env.type, reason });
+  await publishDelayed(msg, d, delayMs, {});
+  d.ack(msg);
+  return 'delayed';
+}
+
+async function publishDelayed(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  delayMs: number,
+  extraHeaders: Record<string, unknown>,
+): Promise<void> {
+  const tiers = [...d.tiers.keys()].sort((a, b) => a - b);
+  const tier = tierFor(tiers, delayMs);
+  const due = d.now() + delayMs;
+  await d.publish(d.tiers.get(tier) as string, msg.content, {
+    ...copyProps(msg.properties),
+    // The retry is "waiting" only from its due time on: age-based scaling
+    // must not see a scheduled retry as backlog.
+    timestamp: Math.ceil(due / 1000),
+    headers: {
+      ...(msg.properties.headers ?? {}),
+      ...extraHeaders,
+      [HEADERS.notBefore]: due,
+    },
+  });
+}
+
+function copyProps(p: MessageProperties): Partial<MessageProperties> {
+  // amqplib types these properties as `any`.
+  const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+  return {
+    messageId: str(p.messageId),
+    contentType: str(p.contentType) ?? 'application/json',
+    correlationId: str(p.correlationId),
+    type: str(p.type),
+    appId: str(p.appId),
+    deliveryMode: 2,
+  };
+}
+
+interface DeadLetterInput {
+  envelope: Partial<Envelope>;
+  failureClass: FailureClass;
+  reason: string;
+  attempts: number;
+  claimOwner: string | null;
+  firstSeenAt: Date | null;
+}
+
+async function deadLetter(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  x: DeadLetterInput,
+): Promise<DeliveryResult> {
+  const env = x.envelope;
+  const reason = compactReason(x.reason);
+  const payloadHash = createHash('sha256').update(msg.content).digest('hex');
+  const deliveryId =
+    (msg.properties.messageId as string | undefined) ?? env.id ?? `sha256:${payloadHash}`;
+  const now = d.now();
+  const firstSeen = x.firstSeenAt?.getTime() ?? numberHeader(msg, HEADERS.firstSeen) ?? now;
+  // Confirmed copy in the quarantine queue first, then the audit record (and
+  // the claim marked dead-lettered), then the ack. A crash in between
+  // redelivers; the record's (delivery, attempt) uniqueness absorbs the repeat.
+  await d.publish(d.deadLetterQueue, msg.content, {
+    ...copyProps(msg.properties),
+    timestamp: Math.floor(now / 1000),
+    headers: {
+      ...(msg.properties.headers ?? {}),
+      [HEADERS.attempt]: x.attempts,
+      [HEADERS.firstSeen]: firstSeen,
+      [HEADERS.deadLetteredAt]: now,
+      [HEADERS.reason]: reason,
+      [HEADERS.failureClass]: x.failureClass,
+      [HEADERS.originalQueue]: d.queue,
+      ...(env.id ? { [HEADERS.jobId]: env.id } : {}),
+      ...(env.key ? { [HEADERS.key]: env.key } : {}),
+      ...(env.type ? { [HEADERS.type]: env.type } : {}),
+      ...(env.schemaVersion !== undefined ? { [HEADERS.schemaVersion]: env.schemaVersion } : {}),
+      ...(d.deadLetterOwner ? { [HEADERS.owner]: d.deadLetterOwner } : {}),
+    },
+  });
+  try {
+    await d.store.recordDeadLetter({
+      deliveryId,
+      jobId: env.id ?? null,
+      key: env.key ?? null,
+      type: env.type ?? null,
+      schemaVersion: env.schemaVersion ?? null,
+      attempts: x.attempts,
+      reason,
+      failureClass: x.failureClass,
+      queue: d.queue,
+      owner: d.deadLetterOwner,
+      revision: d.revision,
+      payloadHash,
+      firstSeenAt: new Date(firstSeen),
+      claimOwner: x.claimOwner,
+    });
+  } catch (err) {
+    throw new StoreUnavailable(String(err));
+  }
+  const type = env.type && d.handlers.has(env.type) ? env.type : 'unknown';
+  d.metrics.deadLetters.inc({ type, failure_class: x.failureClass });
+  d.metrics.jobs.inc({ type, outcome: 'dead_lettered' });
+  d.log.warn({ type, jobId: env.id, failureClass: x.failureClass, reason }, 'dead-lettered');
+  d.fault('before-ack');
+  d.ack(msg);
+  return 'dead_lettered';
+}

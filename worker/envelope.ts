@@ -1,0 +1,131 @@
+// The message envelope (DESIGN.md §2) and the pure decision of whether a
+// delivery can be run at all. Anything that fails here is dead-lettered at
+// once: retrying a malformed message cannot fix it.
+import { z } from 'zod';
+import { renderKey, type Contract } from './contract.js';
+
+export const envelopeSchema = z.object({
+  id: z.string().min(1).max(200),
+  key: z.string().min(1).max(512),
+  type: z.string().min(1).max(200),
+  schemaVersion: z.number().int().positive(),
+  payload: z.unknown(),
+  createdAt: z.iso.datetime({ offset: true }),
+});
+
+export type Envelope<P = unknown> = Omit<z.infer<typeof envelopeSchema>, 'payload'> & {
+  payload: P;
+};
+
+/** Why a delivery was dead-lettered: a bounded set, used as a metric label. */
+export type FailureClass =
+  | 'body_too_large'
+  | 'not_json'
+  | 'invalid_envelope'
+  | 'unknown_type'
+  | 'schema_version'
+  | 'key_mismatch'
+  | 'invalid_payload'
+  | 'permanent'
+  | 'attempts_exhausted';
+
+export type Decoded =
+  | { ok: true; envelope: Envelope }
+  | { ok: false; failureClass: FailureClass; reason: string; partial?: Partial<Envelope> };
+
+export interface DecodeOptions {
+  maxBytes: number;
+  types: ReadonlySet<string>;
+  contract: Contract;
+}
+
+export function decodeDelivery(body: Buffer, opts: DecodeOptions): Decoded {
+  if (body.length > opts.maxBytes) {
+    return {
+      ok: false,
+      failureClass: 'body_too_large',
+      reason: `body is ${body.length} bytes, over the ${opts.maxBytes}-byte limit (maxMessageBytes)`,
+    };
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(body.toString('utf8'));
+  } catch {
+    return { ok: false, failureClass: 'not_json', reason: 'body is not valid JSON' };
+  }
+  const parsed = envelopeSchema.safeParse(json);
+  if (!parsed.success) {
+    const fields = parsed.error.issues
+      .map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`)
+      .join('; ');
+    return {
+      ok: false,
+      failureClass: 'invalid_envelope',
+      reason: `invalid envelope: ${fields}`,
+      partial: pickKnown(json),
+    };
+  }
+  const envelope = parsed.data as Envelope;
+  if (!opts.types.has(envelope.type)) {
+    return {
+      ok: false,
+      failureClass: 'unknown_type',
+      reason: `unknown job type "${envelope.type}"; this worker handles ${[...opts.types].map((t) => `"${t}"`).join(', ')}`,
+      partial: envelope,
+    };
+  }
+  if (!opts.contract.schemaVersions.includes(envelope.schemaVersion)) {
+    return {
+      ok: false,
+      failureClass: 'schema_version',
+      reason: `schemaVersion ${envelope.schemaVersion} is outside this revision's contract [${opts.contract.schemaVersions.join(', ')}]`,
+      partial: envelope,
+    };
+  }
+  const rendered = renderKey(opts.contract.keyRule, envelope.payload);
+  if (!rendered.ok) {
+    return { ok: false, failureClass: 'key_mismatch', reason: rendered.problem, partial: envelope };
+  }
+  if (rendered.key !== envelope.key) {
+    return {
+      ok: false,
+      failureClass: 'key_mismatch',
+      reason: `key "${envelope.key}" does not match key rule "${opts.contract.keyRule}", which gives "${rendered.key}"`,
+      partial: envelope,
+    };
+  }
+  return { ok: true, envelope };
+}
+
+/** What can be salvaged from an invalid envelope for the dead-letter record. */
+function pickKnown(json: unknown): Partial<Envelope> {
+  if (json === null || typeof json !== 'object') return {};
+  const o = json as Record<string, unknown>;
+  const out: Partial<Envelope> = {};
+  if (typeof o.id === 'string') out.id = o.id.slice(0, 200);
+  if (typeof o.key === 'string') out.key = o.key.slice(0, 512);
+  if (typeof o.type === 'string') out.type = o.type.slice(0, 200);
+  if (typeof o.schemaVersion === 'number') out.schemaVersion = o.schemaVersion;
+  return out;
+}
+
+const SECRETISH = [
+  // credentials inside URLs
+  [/([a-z][a-z0-9+.-]*:\/\/)[^\s/@:]+:[^\s/@]+@/gi, '$1***@'],
+  // bearer tokens, api keys, passwords in key=value or JSON form
+  [/\b(bearer)\s+[A-Za-z0-9._~+/=-]+/gi, '$1 ***'],
+  [
+    /("?(?:password|passwd|secret|token|api[_-]?key|authorization)"?\s*[:=]\s*)"?[^\s",}]+"?/gi,
+    '$1***',
+  ],
+] as const;
+
+/**
+ * A dead-letter or retry reason fit for headers, logs and status: one line,
+ * at most `max` characters, with credentials masked.
+ */
+export function compactReason(text: string, max = 300): string {
+  let s = text.replace(/\s+/g, ' ').trim();
+  for (const [re, sub] of SECRETISH) s = s.replace(re, sub);
+  return s.length > max ? `${s.slice(0, max - 1)}…` : s;
+}

@@ -1,0 +1,72 @@
+// Worker metrics (DESIGN.md §3). Labels are bounded: job type, outcome,
+// failure class, retry reason, schema version — never job ids or keys.
+import client from 'prom-client';
+
+export type Outcome = 'completed' | 'duplicate' | 'retried' | 'dead_lettered';
+
+export function workerMetrics(registry = new client.Registry()) {
+  const r = [registry];
+  return {
+    registry,
+    jobs: new client.Counter({
+      name: 'jobfleet_jobs_total',
+      help: 'Deliveries by terminal outcome',
+      labelNames: ['type', 'outcome'],
+      registers: r,
+    }),
+    retries: new client.Counter({
+      name: 'jobfleet_retries_total',
+      help: 'Retries scheduled, by reason',
+      labelNames: ['type', 'reason'],
+      registers: r,
+    }),
+    redeliveries: new client.Counter({
+      name: 'jobfleet_redeliveries_total',
+      help: 'Deliveries the broker marked redelivered',
+      registers: r,
+    }),
+    handlerDuration: new client.Histogram({
+      name: 'jobfleet_handler_duration_seconds',
+      help: 'Handler run time',
+      labelNames: ['type'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
+      registers: r,
+    }),
+    claimConflicts: new client.Counter({
+      name: 'jobfleet_claim_conflicts_total',
+      help: 'Deliveries whose key was held by a live lease elsewhere',
+      registers: r,
+    }),
+    messageAge: new client.Histogram({
+      name: 'jobfleet_message_age_seconds',
+      help: 'Age of a message when dequeued (since created, or since due for a retry)',
+      buckets: [0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600],
+      registers: r,
+    }),
+    inflight: new client.Gauge({
+      name: 'jobfleet_inflight',
+      help: 'Handlers running now',
+      registers: r,
+    }),
+    throttled: new client.Counter({
+      name: 'jobfleet_downstream_throttled_total',
+      help: 'Handler runs the downstream throttled (429/503, Throttled)',
+      labelNames: ['type'],
+      registers: r,
+    }),
+    schemaVersionSeen: new client.Counter({
+      name: 'jobfleet_schema_version_seen_total',
+      help: 'Envelopes seen, by schema version',
+      labelNames: ['version'],
+      registers: r,
+    }),
+    deadLetters: new client.Counter({
+      name: 'jobfleet_dead_letters_total',
+      help: 'Dead-lettered deliveries, by failure class',
+      labelNames: ['type', 'failure_class'],
+      registers: r,
+    }),
+  };
+}
+
+export type WorkerMetrics = ReturnType<typeof workerMetrics>;

@@ -1,0 +1,79 @@
+// The producer helper: publishes an envelope the way workers expect it
+// (DESIGN.md §2): messageId = id, timestamp = now (seconds; the broker's
+// head-message age reads it), JSON body, persistent, and a publisher confirm
+// before it resolves.
+import { randomUUID } from 'node:crypto';
+import type { ConfirmChannel } from 'amqplib';
+import { renderKey } from './contract.js';
+
+/** AMQP headers the runtime reads and writes. */
+export const HEADERS = {
+  attempt: 'x-jobfleet-attempt',
+  notBefore: 'x-jobfleet-not-before',
+  firstSeen: 'x-jobfleet-first-seen',
+  lastError: 'x-jobfleet-last-error',
+  deadLetteredAt: 'x-jobfleet-dead-lettered-at',
+  reason: 'x-jobfleet-reason',
+  failureClass: 'x-jobfleet-failure-class',
+  originalQueue: 'x-jobfleet-original-queue',
+  jobId: 'x-jobfleet-job-id',
+  key: 'x-jobfleet-key',
+  type: 'x-jobfleet-type',
+  schemaVersion: 'x-jobfleet-schema-version',
+  owner: 'x-jobfleet-owner',
+} as const;
+
+export interface PublishJob<P = unknown> {
+  type: string;
+  schemaVersion: number;
+  payload: P;
+  /** the idempotency key; or give `keyRule` and it is rendered from the payload */
+  key?: string;
+  keyRule?: string;
+  /** defaults to a random UUID */
+  id?: string;
+}
+
+/** Publishes one job to `queue` and waits for the broker's confirm. Resolves to the id and key used. */
+export async function publish<P>(
+  channel: ConfirmChannel,
+  queue: string,
+  job: PublishJob<P>,
+  now: () => number = Date.now,
+): Promise<{ id: string; key: string }> {
+  let key = job.key;
+  if (key === undefined) {
+    if (!job.keyRule)
+      throw new Error('publish: give job.key, or job.keyRule to render it from the payload');
+    const r = renderKey(job.keyRule, job.payload);
+    if (!r.ok) throw new Error(`publish: ${r.problem}`);
+    key = r.key;
+  }
+  const id = job.id ?? randomUUID();
+  const at = now();
+  const body = Buffer.from(
+    JSON.stringify({
+      id,
+      key,
+      type: job.type,
+      schemaVersion: job.schemaVersion,
+      payload: job.payload,
+      createdAt: new Date(at).toISOString(),
+    }),
+  );
+  await new Promise<void>((resolve, reject) => {
+    channel.sendToQueue(
+      queue,
+      body,
+      {
+        messageId: id,
+        timestamp: Math.floor(at / 1000),
+        contentType: 'application/json',
+        persistent: true,
+        headers: { [HEADERS.attempt]: 0 },
+      },
+      (err) => (err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve()),
+    );
+  });
+  return { id, key };
+}

@@ -1,0 +1,451 @@
+// The worker's lifecycle, around the per-delivery state machine: connect to
+// RabbitMQ and PostgreSQL (reconnecting with backoff), declare the topology,
+// consume, pause when the claim store is down, and drain on SIGTERM.
+import { readFileSync } from 'node:fs';
+import amqp, {
+  type Channel,
+  type ChannelModel,
+  type ConfirmChannel,
+  type ConsumeMessage,
+} from 'amqplib';
+import pg from 'pg';
+import pino, { type Logger } from 'pino';
+import { ClaimStore, poolConfig } from './claim-store.js';
+import { contractMismatches, keyRuleProblem, type Contract } from './contract.js';
+import {
+  handleDelivery,
+  type DeliveryDeps,
+  type DeliveryResult,
+  type FaultPoint,
+  type Handler,
+} from './delivery.js';
+import { compactReason } from './envelope.js';
+import { ConfigError, loadConfig, type WorkerConfig, type WorkerConfigInput } from './config.js';
+import { startHealthServer, type HealthServer } from './health-server.js';
+import { workerMetrics, type WorkerMetrics } from './metrics.js';
+import { topology, type QueueDecl, type Topology } from './topology.js';
+
+export interface WorkerOptions {
+  /** what this code consumes; must match JOBFLEET_KEY_RULE / JOBFLEET_SCHEMA_VERSIONS when set */
+  contract: Contract;
+  /** one handler per job type; a delivery of any other type is dead-lettered */
+  handlers: Record<string, Handler>;
+  /** 'transactional': the handler gets ctx.tx, and its writes commit with the completion record */
+  mode?: 'external' | 'transactional';
+  /** overrides for the JOBFLEET_* environment */
+  config?: Partial<WorkerConfigInput>;
+  logger?: Logger;
+  /** stop (drain) on SIGTERM/SIGINT and exit 0; default true */
+  handleSignals?: boolean;
+  /** observe each delivery's outcome (tests, custom telemetry) */
+  onOutcome?: (result: DeliveryResult, msg: ConsumeMessage) => void;
+  now?: () => number;
+  random?: () => number;
+}
+
+export interface Worker {
+  readonly config: WorkerConfig;
+  readonly metrics: WorkerMetrics;
+  /** the metrics/health port actually bound (useful with port 0) */
+  readonly port: number | undefined;
+  ready(): boolean;
+  start(): Promise<void>;
+  /** drains: stops consuming, waits for in-flight handlers up to the deadline, aborts the rest unacked */
+  stop(opts?: { deadlineMs?: number }): Promise<void>;
+}
+
+const logRedactions = [
+  'config.brokerUrl',
+  'config.claimsUrl',
+  '*.password',
+  '*.url',
+  'brokerUrl',
+  'claimsUrl',
+];
+
+export function createWorker(opts: WorkerOptions): Worker {
+  const config = loadConfig(opts.config);
+  const keyProblem = keyRuleProblem(opts.contract.keyRule);
+  if (keyProblem) throw new ConfigError(`contract.keyRule: ${keyProblem}`);
+  const mismatches = contractMismatches(opts.contract, {
+    keyRule: config.keyRule,
+    schemaVersions: config.schemaVersions,
+  });
+  if (mismatches.length) {
+    throw new ConfigError(
+      `refusing to start: this image's code does not match the JobWorker's contract:\n  - ${mismatches.join('\n  - ')}\n` +
+        'Deploy an image whose createWorker({contract}) matches spec.contract, or change spec.contract to match the code.',
+    );
+  }
+  const types = Object.keys(opts.handlers);
+  if (!types.length) throw new ConfigError('handlers: give at least one job type and its handler');
+  return new QueueWorker(opts, config);
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+
+function backoffMs(attempt: number, random: () => number): number {
+  const cap = Math.min(30_000, 500 * 2 ** Math.min(attempt, 10));
+  return cap / 2 + random() * (cap / 2);
+}
+
+interface InFlight {
+  done: Promise<unknown>;
+  claim?: { key: string; owner: string };
+}
+
+class QueueWorker implements Worker {
+  readonly metrics = workerMetrics();
+  readonly config: WorkerConfig;
+  private readonly log: Logger;
+  private readonly topo: Topology;
+  private readonly store: ClaimStore;
+  private readonly now: () => number;
+  private readonly random: () => number;
+  private readonly drain = new AbortController();
+  /** aborts every wait loop once stop() begins */
+  private readonly stopping = new AbortController();
+  private readonly inflight = new Map<ConsumeMessage, InFlight>();
+  private conn: ChannelModel | undefined;
+  private channel: ConfirmChannel | undefined;
+  private consumerTag: string | undefined;
+  private storeOk = false;
+  private health: HealthServer | undefined;
+  private started: Promise<void> | undefined;
+  private stopped: Promise<void> | undefined;
+  private sweeper: NodeJS.Timeout | undefined;
+  private readonly signalHandler = () => {
+    this.log.info('signal received: draining');
+    this.stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+
+  constructor(
+    private readonly opts: WorkerOptions,
+    config: WorkerConfig,
+  ) {
+    this.config = config;
+    this.now = opts.now ?? Date.now;
+    this.random = opts.random ?? Math.random;
+    this.log = (
+      opts.logger ?? pino({ level: process.env.LOG_LEVEL ?? 'info', redact: logRedactions })
+    ).child({
+      queue: config.queue,
+      revision: config.revision,
+    });
+    this.topo = topology(config);
+    const pool = new pg.Pool({
+      ...poolConfig(config.claimsUrl, config.tlsCaFile),
+      // transactional handlers hold a connection each for their whole run
+      max: Math.min(config.prefetch, 50) + 2,
+    });
+    pool.on('error', (err) =>
+      this.log.warn({ err: compactReason(err.message) }, 'claim store connection error'),
+    );
+    this.store = new ClaimStore(pool);
+  }
+
+  get port(): number | undefined {
+    return this.health?.port;
+  }
+
+  ready(): boolean {
+    return this.status().ready;
+  }
+
+  private status() {
+    if (this.drain.signal.aborted || this.stopped)
+      return { live: true, ready: false, reason: 'draining' };
+    if (!this.storeOk)
+      return { live: true, ready: false, reason: 'claim store (PostgreSQL) unavailable' };
+    if (!this.channel)
+      return { live: true, ready: false, reason: 'broker (RabbitMQ) not connected' };
+    if (!this.consumerTag) return { live: true, ready: false, reason: 'not consuming' };
+    return { live: true, ready: true, reason: 'ok' };
+  }
+
+  start(): Promise<void> {
+    this.started ??= this.doStart();
+    return this.started;
+  }
+
+  private async doStart(): Promise<void> {
+    this.health = await startHealthServer(this.config.metricsPort, this.metrics.registry, () =>
+      this.status(),
+    );
+    if (this.opts.handleSignals !== false) {
+      process.once('SIGTERM', this.signalHandler);
+      process.once('SIGINT', this.signalHandler);
+    }
+    await this.untilStoreAnswers(true);
+    await this.connectBroker();
+    this.scheduleSweep();
+    this.log.info({ prefetch: this.config.prefetch, port: this.port }, 'worker started');
+  }
+
+  /** Waits (with backoff) until PostgreSQL answers; migrates on first contact. */
+  private async untilStoreAnswers(migrate: boolean): Promise<void> {
+    for (let attempt = 0; !this.stopping.signal.aborted; attempt++) {
+      try {
+        if (migrate) await this.store.migrate();
+        else await this.store.ping();
+        this.storeOk = true;
+        return;
+      } catch (err) {
+        this.storeOk = false;
+        this.log.warn(
+          { err: compactReason((err as Error).message), attempt },
+          'claim store unavailable; retrying',
+        );
+        await sleep(backoffMs(attempt, this.random), this.stopping.signal);
+      }
+    }
+  }
+
+  private async connectBroker(): Promise<void> {
+    for (let attempt = 0; !this.stopping.signal.aborted; attempt++) {
+      try {
+        const ca = this.config.tlsCaFile ? [readFileSync(this.config.tlsCaFile)] : undefined;
+        const conn = await amqp.connect(this.config.brokerUrl, ca ? { ca } : {});
+        conn.on('error', (err: Error) =>
+          this.log.warn({ err: compactReason(err.message) }, 'broker connection error'),
+        );
+        conn.on('close', () => this.onBrokerClosed(conn));
+        const ch = await conn.createConfirmChannel();
+        ch.on('error', (err: Error) =>
+          this.log.warn({ err: compactReason(err.message) }, 'broker channel error'),
+        );
+        await this.declareTopology(conn, ch);
+        await ch.prefetch(this.config.prefetch);
+        this.conn = conn;
+        this.channel = ch;
+        if (this.storeOk) await this.consume();
+        return;
+      } catch (err) {
+        this.log.warn(
+          { err: compactReason((err as Error).message), attempt },
+          'broker unavailable; retrying',
+        );
+        await sleep(backoffMs(attempt, this.random), this.stopping.signal);
+      }
+    }
+  }
+
+  private onBrokerClosed(conn: ChannelModel): void {
+    if (conn !== this.conn) return;
+    this.conn = undefined;
+    this.channel = undefined;
+    this.consumerTag = undefined;
+    if (this.stopping.signal.aborted) return;
+    // Unacked deliveries go back to the queue with the connection; in-flight
+    // handlers finish and record, and their redeliveries are acked as duplicates.
+    this.log.warn('broker connection lost; reconnecting');
+    void this.connectBroker();
+  }
+
+  /** The work queue may already exist (declared by a producer or an admin): then it is used as it is. */
+  private async declareTopology(conn: ChannelModel, ch: Channel): Promise<void> {
+    const ensure = async (q: QueueDecl) => {
+      // A passive check of a missing queue closes its channel: use a throwaway one.
+      const probe = await conn.createChannel();
+      probe.on('error', () => undefined);
+      const exists = await probe.checkQueue(q.name).then(
+        () => true,
+        () => false,
+      );
+      if (exists) await probe.close().catch(() => undefined);
+      else await ch.assertQueue(q.name, q.options);
+    };
+    await ensure(this.topo.work);
+    await ensure(this.topo.deadLetter);
+    for (const q of this.topo.tiers.values()) await ch.assertQueue(q.name, q.options);
+  }
+
+  private async consume(): Promise<void> {
+    const ch = this.channel;
+    if (!ch || this.consumerTag || this.drain.signal.aborted || this.stopped) return;
+    const { consumerTag } = await ch.consume(this.config.queue, (msg) => {
+      if (msg) this.onDelivery(ch, msg);
+      else this.onBrokerClosed(this.conn as ChannelModel); // the broker cancelled us (queue deleted)
+    });
+    this.consumerTag = consumerTag;
+  }
+
+  private async stopConsuming(): Promise<void> {
+    const tag = this.consumerTag;
+    this.consumerTag = undefined;
+    if (tag && this.channel) await this.channel.cancel(tag).catch(() => undefined);
+  }
+
+  private onDelivery(ch: ConfirmChannel, msg: ConsumeMessage): void {
+    const entry: InFlight = { done: Promise.resolve() };
+    this.inflight.set(msg, entry);
+    const deps = this.deps(ch, entry);
+    entry.done = handleDelivery(msg, deps).then(
+      (result) => {
+        this.inflight.delete(msg);
+        this.opts.onOutcome?.(result, msg);
+      },
+      (err: Error) => {
+        this.inflight.delete(msg);
+        this.log.error({ err: compactReason(err.message) }, 'delivery failed unexpectedly');
+      },
+    );
+  }
+
+  private deps(ch: ConfirmChannel, entry: InFlight): DeliveryDeps {
+    const c = this.config;
+    const safe = (what: string, fn: () => void) => {
+      try {
+        fn();
+      } catch (err) {
+        // The channel that delivered it is gone: the broker redelivers it.
+        this.log.warn({ err: compactReason((err as Error).message) }, `could not ${what}`);
+      }
+    };
+    const tiers = new Map([...this.topo.tiers].map(([ms, q]) => [ms, q.name]));
+    return {
+      queue: c.queue,
+      deadLetterQueue: c.deadLetterQueue,
+      contract: this.opts.contract,
+      handlers: new Map(Object.entries(this.opts.handlers)),
+      mode: this.opts.mode ?? 'external',
+      store: this.store,
+      claimed: (key, owner) => {
+        entry.claim = { key, owner };
+      },
+      leaseSeconds: c.leaseSeconds,
+      maxAttempts: c.maxAttempts,
+      maxMessageBytes: c.maxMessageBytes,
+      initialDelayMs: c.initialDelaySeconds * 1000,
+      maxDelayMs: c.maxDelaySeconds * 1000,
+      tiers,
+      deadLetterOwner: c.deadLetterOwner ?? null,
+      revision: c.revision ?? null,
+      publish: (queue, content, props) =>
+        new Promise<void>((resolve, reject) => {
+          try {
+            ch.sendToQueue(queue, content, props, (err) =>
+              err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve(),
+            );
+          } catch (err) {
+            reject(err instanceof Error ? err : new Error(String(err)));
+          }
+        }),
+      ack: (msg) => safe('ack', () => ch.ack(msg)),
+      requeue: (msg) => safe('requeue', () => ch.nack(msg, false, true)),
+      storeDown: (err) => this.onStoreDown(err),
+      drainSignal: this.drain.signal,
+      metrics: this.metrics,
+      log: this.log,
+      now: this.now,
+      random: this.random,
+      fault: faultHook,
+    };
+  }
+
+  /** Stop taking deliveries until PostgreSQL answers again; nothing is acked meanwhile. */
+  private onStoreDown(err: unknown): void {
+    if (!this.storeOk) return;
+    this.storeOk = false;
+    this.log.warn(
+      { err: compactReason(String((err as Error)?.message ?? err)) },
+      'claim store down: pausing consumption',
+    );
+    void (async () => {
+      await this.stopConsuming();
+      await this.untilStoreAnswers(false);
+      if (!this.stopping.signal.aborted) {
+        this.log.info('claim store back: resuming');
+        await this.consume().catch((e: Error) =>
+          this.log.warn({ err: compactReason(e.message) }, 'resume failed'),
+        );
+      }
+    })();
+  }
+
+  private scheduleSweep(): void {
+    // Every 5–10 minutes (jittered so a fleet does not sweep in lockstep).
+    const next = 300_000 + this.random() * 300_000;
+    this.sweeper = setTimeout(() => {
+      void this.sweep().finally(() => {
+        if (!this.stopping.signal.aborted) this.scheduleSweep();
+      });
+    }, next);
+    this.sweeper.unref();
+  }
+
+  /** Deletes completed claims past their retention, in index-ordered batches. */
+  async sweep(): Promise<number> {
+    let total = 0;
+    try {
+      for (;;) {
+        const n = await this.store.sweepCompleted(this.config.claimRetentionSeconds);
+        total += n;
+        if (n < 1000 || this.stopping.signal.aborted) break;
+      }
+    } catch (err) {
+      this.log.warn({ err: compactReason((err as Error).message) }, 'claim sweep failed');
+    }
+    return total;
+  }
+
+  stop(opts: { deadlineMs?: number } = {}): Promise<void> {
+    this.stopped ??= this.doStop(opts.deadlineMs ?? this.config.drainDeadlineSeconds * 1000);
+    return this.stopped;
+  }
+
+  private async doStop(deadlineMs: number): Promise<void> {
+    process.removeListener('SIGTERM', this.signalHandler);
+    process.removeListener('SIGINT', this.signalHandler);
+    if (this.sweeper) clearTimeout(this.sweeper);
+    await this.started?.catch(() => undefined);
+    await this.stopConsuming();
+    const settled = Promise.all([...this.inflight.values()].map((e) => e.done));
+    const deadline = sleep(deadlineMs, this.stopping.signal);
+    await Promise.race([settled, deadline]);
+    this.stopping.abort();
+    if (this.inflight.size) {
+      this.log.warn(
+        { unfinished: this.inflight.size },
+        'drain deadline passed: aborting unfinished handlers, leaving them unacked',
+      );
+      this.drain.abort(new Error('drain deadline passed'));
+      // Give aborted handlers a moment to give their claims back themselves…
+      await Promise.race([
+        Promise.all([...this.inflight.values()].map((e) => e.done)),
+        sleep(1000),
+      ]);
+      // …and give back the claims of handlers that ignored the signal.
+      for (const e of this.inflight.values()) {
+        if (e.claim)
+          await this.store.releaseForDrain(e.claim.key, e.claim.owner).catch(() => undefined);
+      }
+    }
+    const conn = this.conn;
+    this.conn = undefined;
+    this.channel = undefined;
+    // Closing the channel returns every unacked delivery to the queue.
+    await conn?.close().catch(() => undefined);
+    await this.store.pool.end().catch(() => undefined);
+    await this.health?.close();
+    this.log.info('worker stopped');
+  }
+}
+
+/**
+ * Fault injection for the fault-matrix tests: JOBFLEET_FAULT=<point> kills the
+ * process with SIGKILL when it reaches that point. Never set in production.
+ */
+function faultHook(point: FaultPoint): void {
+  if (process.env.JOBFLEET_FAULT === point) process.kill(process.pid, 'SIGKILL');
+}
