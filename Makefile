@@ -37,9 +37,9 @@ control-plane:
 	@if [ -n "$$KUBEBUILDER_ASSETS" ]; then echo "using KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS"; \
 	else bash test/ground/build-control-plane.sh >/dev/null; fi
 
+## bench: benchmarks into bench/RESULTS.md (BENCH=worker runs one)
 bench: node_modules
-	@if [ -d bench ] && ls bench/*.bench.ts >/dev/null 2>&1; then vitest bench --run; \
-	else echo "no benchmarks yet: they land with the worker runtime (issue 3)"; fi
+	node --import tsx bench/run.ts
 
 demo: node_modules
 	@echo "make demo: not yet — the end-to-end demo lands with the packaging issue (Helm chart, example worker)."

@@ -52,6 +52,8 @@ export interface Worker {
   start(): Promise<void>;
   /** drains: stops consuming, waits for in-flight handlers up to the deadline, aborts the rest unacked */
   stop(opts?: { deadlineMs?: number }): Promise<void>;
+  /** deletes completed claims past their retention now (it also runs every 5–10 minutes) */
+  sweepClaims(): Promise<number>;
 }
 
 const logRedactions = [
@@ -377,7 +379,7 @@ class QueueWorker implements Worker {
     // Every 5–10 minutes (jittered so a fleet does not sweep in lockstep).
     const next = 300_000 + this.random() * 300_000;
     this.sweeper = setTimeout(() => {
-      void this.sweep().finally(() => {
+      void this.sweepClaims().finally(() => {
         if (!this.stopping.signal.aborted) this.scheduleSweep();
       });
     }, next);
@@ -385,7 +387,7 @@ class QueueWorker implements Worker {
   }
 
   /** Deletes completed claims past their retention, in index-ordered batches. */
-  async sweep(): Promise<number> {
+  async sweepClaims(): Promise<number> {
     let total = 0;
     try {
       for (;;) {

@@ -1,0 +1,82 @@
+// `make bench`: runs the benchmarks and writes each one's section of
+// bench/RESULTS.md (with the command, date and machine), leaving the other
+// sections as they were. `make bench BENCH=worker` runs one.
+import { execSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { runWorkerBench } from './worker-throughput.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const resultsFile = path.join(here, 'RESULTS.md');
+
+function machine(): string {
+  const sh = (cmd: string) => {
+    try {
+      return execSync(cmd, { stdio: ['ignore', 'pipe', 'ignore'] })
+        .toString()
+        .trim();
+    } catch {
+      return 'unknown';
+    }
+  };
+  return [
+    `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB`,
+    `Node ${process.version}`,
+    `RabbitMQ ${sh('rabbitmqctl version')}`,
+    `PostgreSQL ${sh("psql -h 127.0.0.1 -U postgres -d test -Atc 'show server_version'")}`,
+  ].join('; ');
+}
+
+function writeSection(name: string, body: string): void {
+  let text: string;
+  try {
+    text = readFileSync(resultsFile, 'utf8');
+  } catch {
+    text =
+      '# Benchmark results\n\nWritten by `make bench` (bench/run.ts). Each section says how it was produced.\n';
+  }
+  const start = `<!-- bench:${name} -->`;
+  const end = `<!-- /bench:${name} -->`;
+  const block = `${start}\n${body.trim()}\n${end}`;
+  const re = new RegExp(`${start}[\\s\\S]*?${end}`);
+  text = re.test(text) ? text.replace(re, block) : `${text.trimEnd()}\n\n${block}\n`;
+  writeFileSync(resultsFile, text);
+}
+
+const only = process.env.BENCH;
+const header = (title: string, cmd: string) =>
+  `## ${title}\n\n- command: \`${cmd}\`\n- date: ${new Date().toISOString()}\n- machine: ${machine()}\n`;
+
+if (!only || only === 'worker') {
+  const r = await runWorkerBench();
+  const f = (n: number, d = 0) => n.toFixed(d);
+  writeSection(
+    'worker',
+    `${header('Worker runtime: full state machine vs raw amqplib', 'make bench BENCH=worker')}
+${r.jobs} messages per run; no-op handler; classic durable queue, persistent messages; raw = amqplib consume + immediate ack of the same
+number of messages in the same process, run just before. jobfleet = decode → claim (PostgreSQL) → handler → record → ack.
+
+| prefetch | raw amqplib (msg/s) | jobfleet (jobs/s) | ratio | PostgreSQL round trips / job |
+|---:|---:|---:|---:|---:|
+${r.rows.map((x) => `| ${x.prefetch} | ${f(x.rawPerSec)} | ${f(x.jobfleetPerSec)} | ${f(x.ratio, 2)}× | ${f(x.roundTripsPerJob, 2)} |`).join('\n')}
+
+Claim latency (one \`claim()\` round trip; half new keys, half existing ones), 2000 samples:
+
+| existing claim rows | p50 (ms) | p99 (ms) |
+|---:|---:|---:|
+${r.claims.map((c) => `| ${c.existing.toLocaleString('en')} | ${f(c.p50, 2)} | ${f(c.p99, 2)} |`).join('\n')}
+
+Reading it: the claim path does not slow down with table size (one primary-key probe), and the happy
+path stays at 2 round trips per job. Throughput is well short of the 0.5× raw target. Raw consume+ack
+never touches PostgreSQL; each jobfleet job makes two durable commits (claim, record), and on this
+2-core machine the worker, PostgreSQL and RabbitMQ share both cores (vmstat showed ~88% busy during
+the jobfleet run, the worker process itself mostly idle waiting on I/O). Named prepared statements
+doubled claim+record throughput in isolation (2.1k → 4.1k jobs/s at 16 concurrent). The remaining
+lever is batching claims and records across concurrent deliveries (one multi-row statement per event
+loop tick), which trades a tick of latency for far fewer commits per job.
+`,
+  );
+}
+console.error(`wrote ${resultsFile}`);
