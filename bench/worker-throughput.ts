@@ -24,13 +24,11 @@ const urls = configuredUrls();
 // Every statement our code sends goes through Client.prototype.query (the
 // pool's query included), so counting calls there counts round trips.
 let roundTrips = 0;
-const originalQuery = pg.Client.prototype.query;
-(pg.Client.prototype as unknown as { query: (...a: unknown[]) => unknown }).query = function (
-  this: pg.Client,
-  ...a: unknown[]
-) {
+const proto = pg.Client.prototype as unknown as { query: (...a: unknown[]) => unknown };
+const originalQuery = proto.query;
+proto.query = function (this: pg.Client, ...a: unknown[]) {
   roundTrips++;
-  return (originalQuery as (...x: unknown[]) => unknown).apply(this, a);
+  return originalQuery.apply(this, a);
 };
 
 async function fill(amqpUrl: string, queue: string, n: number): Promise<void> {

@@ -36,7 +36,7 @@ async function spawnWorker(env: Record<string, string>): Promise<ChildProcess> {
   });
   children.push(child);
   await new Promise<void>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).once('line', () => resolve());
+    createInterface({ input: child.stdout }).once('line', () => resolve());
     child.once('exit', (code, sig) => reject(new Error(`worker exited early: ${code ?? sig}`)));
   });
   return child;
