@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: test test-unit test-integration lint typecheck build bench demo control-plane clean deps
+.PHONY: test test-unit test-integration lint typecheck build bench demo control-plane clean deps crds
 
 node_modules: package-lock.json
 	npm ci
@@ -30,6 +30,10 @@ typecheck: node_modules
 
 build: node_modules
 	tsc -p tsconfig.build.json
+
+## crds: regenerate crds/ from the zod schema in src/api/ (a unit test fails when they drift)
+crds: node_modules
+	node --import tsx src/api/write-crds.ts
 
 ## control-plane: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and helm
 ## from the Go module proxy into .cache/kube/<version>/ (once; skipped when KUBEBUILDER_ASSETS is set)

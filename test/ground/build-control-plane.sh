@@ -2,7 +2,7 @@
 # Builds the test ground's Kubernetes control plane (envtest layout) and helm
 # from the Go module proxy into an ignored cache folder, once.
 #
-#   .cache/kube/<KUBE_VERSION>/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kwok,helm}
+#   .cache/kube/<KUBE_VERSION>/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kwok,helm}
 #
 # Versions come from versions.env (the one place they are pinned). No
 # Kubernetes source is vendored: a wrapper module requires k8s.io/kubernetes
@@ -21,7 +21,7 @@ export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 
 cache="${JOBFLEET_CACHE_DIR:-$root/.cache}"
 out="$cache/kube/$KUBE_VERSION"
-bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm)
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
 
 complete() { for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done; }
 if [ "${1:-}" != "--force" ] && complete; then echo "$out"; exit 0; fi
@@ -42,7 +42,7 @@ done
 # --- kube-apiserver, kube-controller-manager, kube-scheduler -----------------
 kube="$cache/build/kube-$KUBE_VERSION"
 mkdir -p "$kube"
-if [ ! -f "$kube/go.sum" ]; then
+if [ ! -f "$kube/go.mod" ]; then
   log "resolving k8s.io/kubernetes v$KUBE_VERSION"
   upstream_mod=$(cd "$kube" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$upstream_mod")
@@ -57,7 +57,8 @@ if [ ! -f "$kube/go.sum" ]; then
     for m in $staging; do echo "	$m => $m v0.$minor.${KUBE_VERSION##*.}"; done
     echo ")"
   } >"$kube/go.mod"
-  cat >"$kube/tools.go" <<'EOF'
+fi
+cat >"$kube/tools.go" <<'EOF'
 //go:build tools
 
 // Never compiled: it names the commands so that `go mod tidy` keeps their
@@ -68,11 +69,11 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 EOF
-  (cd "$kube" && go mod tidy)
-fi
-for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+(cd "$kube" && go mod tidy)
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   log "building $cmd"
   (cd "$kube" && go build -trimpath -ldflags "$ldflags" -o "$out/$cmd" "k8s.io/kubernetes/cmd/$cmd")
 done

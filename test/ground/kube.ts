@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
+import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import { repoRoot } from './control-plane.js';
 
 export function loadKubeConfig(kubeconfigPath: string): k8s.KubeConfig {
@@ -31,21 +32,10 @@ export async function readManifests(dir: string): Promise<k8s.KubernetesObject[]
   return docs;
 }
 
-export async function applyObjects(
-  kc: k8s.KubeConfig,
-  objects: k8s.KubernetesObject[],
-): Promise<void> {
-  const api = k8s.KubernetesObjectApi.makeApiClient(kc);
-  for (const obj of objects) {
-    await api.patch(
-      obj,
-      undefined,
-      undefined,
-      'jobfleet-test',
-      true,
-      k8s.PatchStrategy.ServerSideApply,
-    );
-  }
+/** Server-side applies whole objects (raw JSON: see src/kube/client.ts for why). */
+export async function applyObjects(kc: k8s.KubeConfig, objects: k8s.KubernetesObject[]): Promise<void> {
+  const client = new KubeClient(kc);
+  for (const obj of objects) await client.apply(obj as KubeObject, 'jobfleet-test');
 }
 
 /** Applies crds/*.yaml and waits until each CRD is Established. */

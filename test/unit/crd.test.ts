@@ -1,0 +1,34 @@
+// The CRD in crds/ is generated from the zod schema the controller uses; this
+// fails when someone edits one without the other. Fix: `make crds`.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { jobWorkerCrdYaml } from '../../src/api/crd.js';
+import { parseSpec } from '../../src/api/jobworker.js';
+import { parse } from 'yaml';
+import { repoRoot } from '../ground/control-plane.js';
+
+describe('the JobWorker CRD', () => {
+  it('crds/ matches the zod schema (run `make crds` after changing src/api/jobworker.ts)', () => {
+    const onDisk = readFileSync(path.join(repoRoot, 'crds/jobfleet.dev_jobworkers.yaml'), 'utf8');
+    expect(onDisk).toBe(jobWorkerCrdYaml());
+  });
+
+  it('the zod schema fills the same defaults the apiserver does', () => {
+    const example = parse(readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8')) as { spec: unknown };
+    const r = parseSpec(example.spec);
+    expect(r.ok).toBe(true);
+    if (r.ok) {
+      expect(r.spec.broker.prefetch).toBe(8);
+      expect(r.spec.retry).toEqual({ maxAttempts: 5, initialDelaySeconds: 1, maxDelaySeconds: 600 });
+      expect(r.spec.scaling.minReplicas).toBe(1);
+      expect(r.spec.shutdown.drainDeadlineSeconds).toBe(45);
+    }
+  });
+
+  it('names the field in what it rejects', () => {
+    const r = parseSpec({ image: '', broker: {}, claims: {}, contract: {}, deadLetter: {} });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.problems).toEqual(expect.arrayContaining([expect.stringMatching(/^spec\.image: /), expect.stringMatching(/^spec\.broker\.queue: /)]));
+  });
+});
