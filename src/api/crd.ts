@@ -22,7 +22,9 @@ export function toStructural(s: Schema): Schema {
     if (k === 'additionalProperties' && v === false) continue;
     if ((k === 'minimum' && v === -SAFE_INT) || (k === 'maximum' && v === SAFE_INT)) continue;
     if (k === 'properties') {
-      out.properties = Object.fromEntries(Object.entries(v as Record<string, Schema>).map(([p, ps]) => [p, toStructural(ps)]));
+      out.properties = Object.fromEntries(
+        Object.entries(v as Record<string, Schema>).map(([p, ps]) => [p, toStructural(ps)]),
+      );
     } else if (k === 'additionalProperties' && Object.keys(v as Schema).length === 0) {
       // a map of arbitrary values (an embedded core/v1 type): keep it whole
       out['x-kubernetes-preserve-unknown-fields'] = true;
@@ -38,7 +40,8 @@ export function toStructural(s: Schema): Schema {
   return out;
 }
 
-const schemaOf = (s: z.ZodType) => toStructural(z.toJSONSchema(s, { io: 'input', unrepresentable: 'any' }) as Schema);
+const schemaOf = (s: z.ZodType) =>
+  toStructural(z.toJSONSchema(s, { io: 'input', unrepresentable: 'any' }));
 
 export function jobWorkerCrd(): Schema {
   return {
@@ -65,7 +68,12 @@ export function jobWorkerCrd(): Schema {
           additionalPrinterColumns: [
             { name: 'Desired', type: 'integer', jsonPath: '.status.desiredReplicas' },
             { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
-            { name: 'Oldest Age', type: 'integer', jsonPath: '.status.oldestMessageAgeSeconds', description: 'Age in seconds of the oldest waiting message' },
+            {
+              name: 'Oldest Age',
+              type: 'integer',
+              jsonPath: '.status.oldestMessageAgeSeconds',
+              description: 'Age in seconds of the oldest waiting message',
+            },
             { name: 'Revision', type: 'string', jsonPath: '.status.currentRevision' },
             { name: 'Phase', type: 'string', jsonPath: '.status.phase' },
             { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
@@ -73,7 +81,8 @@ export function jobWorkerCrd(): Schema {
           schema: {
             openAPIV3Schema: {
               type: 'object',
-              description: 'A fleet of queue workers, scaled on the age of the oldest waiting message and capped by downstream capacity.',
+              description:
+                'A fleet of queue workers, scaled on the age of the oldest waiting message and capped by downstream capacity.',
               required: ['spec'],
               properties: {
                 apiVersion: { type: 'string' },

@@ -11,7 +11,9 @@ export const PLURAL = 'jobworkers';
 export const API_VERSION = `${GROUP}/${VERSION}`;
 
 /** CEL rules carried into the CRD (x-kubernetes-validations); the apiserver enforces them. */
-const cel = (rules: Array<{ rule: string; message: string; fieldPath?: string; reason?: string }>) => ({
+const cel = (
+  rules: Array<{ rule: string; message: string; fieldPath?: string; reason?: string }>,
+) => ({
   'x-kubernetes-validations': rules,
 });
 
@@ -28,7 +30,14 @@ const queueName = z
   .min(1)
   .max(255)
   .regex(/^[A-Za-z0-9_.:-]+$/)
-  .meta(cel([{ rule: "!self.startsWith('amq.')", message: 'queue names starting with "amq." are reserved by RabbitMQ' }]));
+  .meta(
+    cel([
+      {
+        rule: "!self.startsWith('amq.')",
+        message: 'queue names starting with "amq." are reserved by RabbitMQ',
+      },
+    ]),
+  );
 
 const podTemplate = z
   .object({
@@ -36,22 +45,46 @@ const podTemplate = z
     annotations: z.record(z.string(), z.string()).optional(),
     serviceAccountName: z.string().max(253).optional(),
     nodeSelector: z.record(z.string(), z.string()).optional(),
-    env: z.array(z.record(z.string(), z.unknown())).optional().describe('core/v1 EnvVar list, appended to the JOBFLEET_* contract'),
-    resources: z.record(z.string(), z.unknown()).optional().describe('core/v1 ResourceRequirements of the worker container'),
+    env: z
+      .array(z.record(z.string(), z.unknown()))
+      .optional()
+      .describe('core/v1 EnvVar list, appended to the JOBFLEET_* contract'),
+    resources: z
+      .record(z.string(), z.unknown())
+      .optional()
+      .describe('core/v1 ResourceRequirements of the worker container'),
     tolerations: z.array(z.record(z.string(), z.unknown())).optional(),
-    securityContext: z.record(z.string(), z.unknown()).optional().describe('core/v1 SecurityContext overrides of the restricted default'),
+    securityContext: z
+      .record(z.string(), z.unknown())
+      .optional()
+      .describe('core/v1 SecurityContext overrides of the restricted default'),
   })
   .describe('Merged into the generated pod');
 
 export const jobWorkerSpec = z.object({
-  image: z.string().min(1).max(1024).describe('Worker image, e.g. registry.example.com/billing/invoice-worker:1.4.2'),
+  image: z
+    .string()
+    .min(1)
+    .max(1024)
+    .describe('Worker image, e.g. registry.example.com/billing/invoice-worker:1.4.2'),
   podTemplate: podTemplate.optional(),
   broker: z.object({
     urlSecretRef: secretKeyRef.describe('amqp(s) URL of RabbitMQ'),
-    managementUrlSecretRef: secretKeyRef.optional().describe('RabbitMQ management API URL: the default source of queue age'),
+    managementUrlSecretRef: secretKeyRef
+      .optional()
+      .describe('RabbitMQ management API URL: the default source of queue age'),
     queue: queueName.describe('The work queue'),
-    queueType: z.enum(['classic', 'quorum']).default('classic').describe('Type of the queues the worker declares when they do not exist'),
-    prefetch: z.number().int().min(1).max(1000).default(8).describe('Deliveries in flight per replica'),
+    queueType: z
+      .enum(['classic', 'quorum'])
+      .default('classic')
+      .describe('Type of the queues the worker declares when they do not exist'),
+    prefetch: z
+      .number()
+      .int()
+      .min(1)
+      .max(1000)
+      .default(8)
+      .describe('Deliveries in flight per replica'),
   }),
   claims: z.object({
     urlSecretRef: secretKeyRef.describe('PostgreSQL URL of the idempotency claims database'),
@@ -63,7 +96,9 @@ export const jobWorkerSpec = z.object({
       .min(3)
       .max(512)
       .regex(/\{[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\}/)
-      .describe('The key rule, e.g. "invoice:{invoiceId}:send"; at least one {placeholder}. A change blocks rollout.'),
+      .describe(
+        'The key rule, e.g. "invoice:{invoiceId}:send"; at least one {placeholder}. A change blocks rollout.',
+      ),
     schemaVersions: z
       .array(z.number().int().min(1).max(1_000_000))
       .min(1)
@@ -78,36 +113,89 @@ export const jobWorkerSpec = z.object({
       maxDelaySeconds: z.number().int().min(1).max(86_400).default(600),
       deadLetterQueue: queueName.optional().describe('Defaults to "<queue>.dlq"'),
     })
-    .meta(cel([{ rule: 'self.maxDelaySeconds >= self.initialDelaySeconds', message: 'maxDelaySeconds must be at least initialDelaySeconds', fieldPath: '.maxDelaySeconds' }]))
+    .meta(
+      cel([
+        {
+          rule: 'self.maxDelaySeconds >= self.initialDelaySeconds',
+          message: 'maxDelaySeconds must be at least initialDelaySeconds',
+          fieldPath: '.maxDelaySeconds',
+        },
+      ]),
+    )
     .default({ maxAttempts: 5, initialDelaySeconds: 1, maxDelaySeconds: 600 }),
   scaling: z
     .object({
       minReplicas: z.number().int().min(0).max(10_000).default(1),
       maxReplicas: z.number().int().min(1).max(10_000).default(10),
-      targetOldestAgeSeconds: z.number().int().min(1).max(86_400).default(30).describe('The objective: the oldest waiting message stays younger than this'),
+      targetOldestAgeSeconds: z
+        .number()
+        .int()
+        .min(1)
+        .max(86_400)
+        .default(30)
+        .describe('The objective: the oldest waiting message stays younger than this'),
       downstream: z
         .object({
-          maxConcurrency: z.number().int().min(1).max(1_000_000).optional().describe('Fleet-wide in-flight budget of the dependency; caps replicas at floor(maxConcurrency / prefetch)'),
+          maxConcurrency: z
+            .number()
+            .int()
+            .min(1)
+            .max(1_000_000)
+            .optional()
+            .describe(
+              'Fleet-wide in-flight budget of the dependency; caps replicas at floor(maxConcurrency / prefetch)',
+            ),
         })
         .optional(),
       scaleDownStabilizationSeconds: z.number().int().min(0).max(86_400).default(300),
     })
-    .meta(cel([{ rule: 'self.maxReplicas >= self.minReplicas', message: 'maxReplicas must be at least minReplicas', fieldPath: '.maxReplicas' }]))
-    .default({ minReplicas: 1, maxReplicas: 10, targetOldestAgeSeconds: 30, scaleDownStabilizationSeconds: 300 }),
+    .meta(
+      cel([
+        {
+          rule: 'self.maxReplicas >= self.minReplicas',
+          message: 'maxReplicas must be at least minReplicas',
+          fieldPath: '.maxReplicas',
+        },
+      ]),
+    )
+    .default({
+      minReplicas: 1,
+      maxReplicas: 10,
+      targetOldestAgeSeconds: 30,
+      scaleDownStabilizationSeconds: 300,
+    }),
   shutdown: z
     .object({
-      drainDeadlineSeconds: z.number().int().min(0).max(3600).default(45).describe('In-flight handlers get this long after a drain starts'),
+      drainDeadlineSeconds: z
+        .number()
+        .int()
+        .min(0)
+        .max(3600)
+        .default(45)
+        .describe('In-flight handlers get this long after a drain starts'),
     })
     .default({ drainDeadlineSeconds: 45 }),
   rollout: z
     .object({
       autoRollback: z.boolean().default(true),
-      historyLimit: z.number().int().min(1).max(100).default(10).describe('Revisions kept in status.history'),
+      historyLimit: z
+        .number()
+        .int()
+        .min(1)
+        .max(100)
+        .default(10)
+        .describe('Revisions kept in status.history'),
     })
     .default({ autoRollback: true, historyLimit: 10 }),
   deadLetter: z.object({
     owner: z.string().min(1).max(253).describe('Who answers for the quarantine, e.g. team-billing'),
-    maxAgeSeconds: z.number().int().min(60).max(31_536_000).default(86_400).describe('Alert when the oldest dead letter is older'),
+    maxAgeSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(31_536_000)
+      .default(86_400)
+      .describe('Alert when the oldest dead letter is older'),
   }),
 });
 
@@ -124,7 +212,14 @@ export const conditionSchema = z.object({
 });
 export type Condition = z.infer<typeof conditionSchema>;
 
-export const PHASES = ['Healthy', 'Progressing', 'Draining', 'RollingBack', 'Blocked', 'Degraded'] as const;
+export const PHASES = [
+  'Healthy',
+  'Progressing',
+  'Draining',
+  'RollingBack',
+  'Blocked',
+  'Degraded',
+] as const;
 export type Phase = (typeof PHASES)[number];
 
 export const jobWorkerStatus = z.object({
@@ -138,7 +233,9 @@ export const jobWorkerStatus = z.object({
   queueDepth: z.number().int().optional(),
   scaling: z
     .object({
-      limitedBy: z.enum(['age', 'downstream', 'maxReplicas', 'minReplicas', 'stabilization', 'signalMissing']).optional(),
+      limitedBy: z
+        .enum(['age', 'downstream', 'maxReplicas', 'minReplicas', 'stabilization', 'signalMissing'])
+        .optional(),
       message: z.string().optional(),
     })
     .optional(),
@@ -150,6 +247,10 @@ export const jobWorkerStatus = z.object({
         revision: z.string(),
         image: z.string(),
         contractHash: z.string(),
+        templateHash: z
+          .string()
+          .optional()
+          .describe('Identity of the pod template: the same template is the same revision'),
         deployedAt: z.string(),
       }),
     )
@@ -179,8 +280,13 @@ export interface JobWorker {
 }
 
 /** Parses a spec as read from the apiserver; the error names each field and what is wrong. */
-export function parseSpec(raw: unknown): { ok: true; spec: JobWorkerSpec } | { ok: false; problems: string[] } {
+export function parseSpec(
+  raw: unknown,
+): { ok: true; spec: JobWorkerSpec } | { ok: false; problems: string[] } {
   const r = jobWorkerSpec.safeParse(raw);
   if (r.success) return { ok: true, spec: r.data };
-  return { ok: false, problems: r.error.issues.map((i) => `spec.${i.path.join('.')}: ${i.message}`) };
+  return {
+    ok: false,
+    problems: r.error.issues.map((i) => `spec.${i.path.join('.')}: ${i.message}`),
+  };
 }

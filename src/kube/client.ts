@@ -59,7 +59,12 @@ const PLURALS: Record<string, string> = {
   JobWorker: 'jobworkers',
 };
 
-export function resourcePath(apiVersion: string, kind: string, namespace?: string, name?: string): string {
+export function resourcePath(
+  apiVersion: string,
+  kind: string,
+  namespace?: string,
+  name?: string,
+): string {
   const plural = PLURALS[kind];
   if (!plural) throw new Error(`no REST path known for kind ${kind}`);
   const base = apiVersion.includes('/') ? `/apis/${apiVersion}` : `/api/${apiVersion}`;
@@ -99,11 +104,15 @@ export class KubeClient {
       hostname: this.server.hostname,
       port: this.server.port || (this.server.protocol === 'https:' ? 443 : 80),
       path: `${this.server.pathname.replace(/\/$/, '')}${path}`,
-      headers: { accept: 'application/json', ...(body !== undefined ? { 'content-type': contentType } : {}) },
+      headers: {
+        accept: 'application/json',
+        ...(body !== undefined ? { 'content-type': contentType } : {}),
+      },
       signal,
     };
     await this.kc.applyToHTTPSOptions(opts);
-    const payload = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
+    const payload =
+      body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
     const lib = this.server.protocol === 'https:' ? https : http;
     return new Promise<T>((resolve, reject) => {
       const req = lib.request(opts, (res) => {
@@ -123,7 +132,14 @@ export class KubeClient {
             return;
           }
           const st = parsed as { reason?: string; message?: string } | undefined;
-          reject(new KubeApiError(status, st?.reason ?? 'Unknown', st?.message ?? `${method} ${path}: HTTP ${status}`, parsed));
+          reject(
+            new KubeApiError(
+              status,
+              st?.reason ?? 'Unknown',
+              st?.message ?? `${method} ${path}: HTTP ${status}`,
+              parsed,
+            ),
+          );
         });
         res.on('error', reject);
       });
@@ -134,12 +150,22 @@ export class KubeClient {
     });
   }
 
-  get<T extends KubeObject>(apiVersion: string, kind: string, namespace: string | undefined, name: string): Promise<T> {
+  get<T extends KubeObject>(
+    apiVersion: string,
+    kind: string,
+    namespace: string | undefined,
+    name: string,
+  ): Promise<T> {
     return this.request<T>('GET', resourcePath(apiVersion, kind, namespace, name));
   }
 
   /** undefined when absent */
-  async find<T extends KubeObject>(apiVersion: string, kind: string, namespace: string | undefined, name: string): Promise<T | undefined> {
+  async find<T extends KubeObject>(
+    apiVersion: string,
+    kind: string,
+    namespace: string | undefined,
+    name: string,
+  ): Promise<T | undefined> {
     try {
       return await this.get<T>(apiVersion, kind, namespace, name);
     } catch (err) {
@@ -148,24 +174,59 @@ export class KubeClient {
     }
   }
 
-  list<T extends KubeObject>(apiVersion: string, kind: string, namespace?: string, query: Record<string, string> = {}): Promise<KubeList<T>> {
+  list<T extends KubeObject>(
+    apiVersion: string,
+    kind: string,
+    namespace?: string,
+    query: Record<string, string> = {},
+  ): Promise<KubeList<T>> {
     const qs = new URLSearchParams(query).toString();
-    return this.request<KubeList<T>>('GET', `${resourcePath(apiVersion, kind, namespace)}${qs ? `?${qs}` : ''}`);
+    return this.request<KubeList<T>>(
+      'GET',
+      `${resourcePath(apiVersion, kind, namespace)}${qs ? `?${qs}` : ''}`,
+    );
   }
 
   /** Server-side apply under `fieldManager`, forcing ownership of the fields we set. */
-  apply<T extends KubeObject>(obj: KubeObject, fieldManager: string, opts: { subresource?: 'status'; dryRun?: boolean } = {}): Promise<T> {
+  apply<T extends KubeObject>(
+    obj: KubeObject,
+    fieldManager: string,
+    opts: { subresource?: 'status'; dryRun?: boolean } = {},
+  ): Promise<T> {
     const path = resourcePath(obj.apiVersion, obj.kind, obj.metadata.namespace, obj.metadata.name);
     const qs = new URLSearchParams({ fieldManager, force: 'true' });
     if (opts.dryRun) qs.set('dryRun', 'All');
-    return this.request<T>('PATCH', `${path}${opts.subresource ? `/${opts.subresource}` : ''}?${qs}`, obj, 'application/apply-patch+yaml');
+    return this.request<T>(
+      'PATCH',
+      `${path}${opts.subresource ? `/${opts.subresource}` : ''}?${qs.toString()}`,
+      obj,
+      'application/apply-patch+yaml',
+    );
   }
 
   create<T extends KubeObject>(obj: KubeObject): Promise<T> {
-    return this.request<T>('POST', resourcePath(obj.apiVersion, obj.kind, obj.metadata.namespace), obj);
+    return this.request<T>(
+      'POST',
+      resourcePath(obj.apiVersion, obj.kind, obj.metadata.namespace),
+      obj,
+    );
   }
 
-  async delete(apiVersion: string, kind: string, namespace: string | undefined, name: string): Promise<void> {
+  /** PUT with the object's resourceVersion: fails with 409 when someone else wrote first. */
+  replace<T extends KubeObject>(obj: KubeObject): Promise<T> {
+    return this.request<T>(
+      'PUT',
+      resourcePath(obj.apiVersion, obj.kind, obj.metadata.namespace, obj.metadata.name),
+      obj,
+    );
+  }
+
+  async delete(
+    apiVersion: string,
+    kind: string,
+    namespace: string | undefined,
+    name: string,
+  ): Promise<void> {
     try {
       await this.request('DELETE', resourcePath(apiVersion, kind, namespace, name));
     } catch (err) {

@@ -113,7 +113,12 @@ async function httpsGet(url: string, ca: string, token: string): Promise<number>
 }
 
 export async function startControlPlane(
-  opts: { assets?: string; workloads?: boolean } = {},
+  opts: {
+    assets?: string;
+    workloads?: boolean;
+    /** runs once the apiserver is ready, before the controllers start (install CRDs here, so the garbage collector knows their kinds from its first discovery) */
+    beforeControllers?: (kubeconfigPath: string) => Promise<unknown>;
+  } = {},
 ): Promise<ControlPlane> {
   const assets = opts.assets ?? assetsDir();
   const missing = missingAssets(assets);
@@ -225,6 +230,7 @@ export async function startControlPlane(
     const kubeconfigPath = path.join(dir, 'kubeconfig');
     await writeFile(kubeconfigPath, kubeconfigYaml(server, caFile, token));
 
+    await opts.beforeControllers?.(kubeconfigPath);
     const runsWorkloads = (opts.workloads ?? true) && hasControllers(assets);
     if (runsWorkloads) {
       startWorkloadControllers(dir, kubeconfigPath, saKey, caFile, run);

@@ -33,10 +33,11 @@ export default async function setup(project: TestProject): Promise<() => Promise
       kubeconfigPath = process.env.KUBECONFIG;
       runsWorkloads = true;
     } else {
-      plane = await startControlPlane();
+      plane = await startControlPlane({ beforeControllers: installCrds });
       kubeconfigPath = plane.kubeconfigPath;
       runsWorkloads = plane.runsWorkloads;
     }
+    // Again for an existing cluster; a no-op apply for ours.
     await installCrds(kubeconfigPath);
   } catch (err) {
     missing.kube = `Kubernetes control plane unavailable: ${(err as Error).message}`;

@@ -33,7 +33,10 @@ export async function readManifests(dir: string): Promise<k8s.KubernetesObject[]
 }
 
 /** Server-side applies whole objects (raw JSON: see src/kube/client.ts for why). */
-export async function applyObjects(kc: k8s.KubeConfig, objects: k8s.KubernetesObject[]): Promise<void> {
+export async function applyObjects(
+  kc: k8s.KubeConfig,
+  objects: k8s.KubernetesObject[],
+): Promise<void> {
   const client = new KubeClient(kc);
   for (const obj of objects) await client.apply(obj as KubeObject, 'jobfleet-test');
 }

@@ -9,7 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { repoRoot } from '../ground/control-plane.js';
 import { useKube, type TestNamespace } from '../ground/index.js';
 
-const example = parse(readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8')) as k8s.KubernetesObject & { spec: Record<string, unknown> };
+const example = parse(
+  readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8'),
+) as k8s.KubernetesObject & { spec: Record<string, unknown> };
 
 let ns: TestNamespace;
 let api: k8s.CustomObjectsApi;
@@ -41,23 +43,67 @@ describe('JobWorker CRD', () => {
     const jw = await create('ok', example.spec);
     expect(jw.spec.broker).toMatchObject({ prefetch: 8, queueType: 'classic' });
     expect(jw.spec.retry).toEqual({ maxAttempts: 5, initialDelaySeconds: 1, maxDelaySeconds: 600 });
-    expect(jw.spec.scaling).toMatchObject({ minReplicas: 1, maxReplicas: 10, targetOldestAgeSeconds: 30 });
+    expect(jw.spec.scaling).toMatchObject({
+      minReplicas: 1,
+      maxReplicas: 10,
+      targetOldestAgeSeconds: 30,
+    });
     expect(jw.spec.shutdown).toEqual({ drainDeadlineSeconds: 45 });
     expect(jw.spec.deadLetter).toEqual({ owner: 'team-billing', maxAgeSeconds: 86400 });
   });
 
   it.each([
     ['no image', (s: any) => delete s.image, /spec\.image: Required value/],
-    ['maxReplicas below minReplicas', (s: any) => (s.scaling = { minReplicas: 5, maxReplicas: 2 }), /spec\.scaling\.maxReplicas: Invalid value.*maxReplicas must be at least minReplicas/],
-    ['maxDelay below initialDelay', (s: any) => (s.retry = { initialDelaySeconds: 60, maxDelaySeconds: 10 }), /spec\.retry\.maxDelaySeconds: Invalid value.*at least initialDelaySeconds/],
-    ['no schema versions', (s: any) => (s.contract.schemaVersions = []), /spec\.contract\.schemaVersions: Invalid value.*at least 1 item/],
-    ['duplicate schema versions', (s: any) => (s.contract.schemaVersions = [2, 2]), /spec\.contract\.schemaVersions\[1\]: Duplicate value: 2/],
-    ['a key rule without a placeholder', (s: any) => (s.contract.idempotencyKey = 'invoice-send'), /spec\.contract\.idempotencyKey: Invalid value: "invoice-send"/],
-    ['an illegal queue name', (s: any) => (s.broker.queue = 'invoices send!'), /spec\.broker\.queue: Invalid value: "invoices send!"/],
-    ['a reserved queue name', (s: any) => (s.broker.queue = 'amq.gen-1'), /spec\.broker\.queue: Invalid value.*reserved by RabbitMQ/],
-    ['a secret ref without a key', (s: any) => (s.broker.urlSecretRef = { name: 'rabbitmq' }), /spec\.broker\.urlSecretRef\.key: Required value/],
-    ['prefetch out of range', (s: any) => (s.broker.prefetch = 5000), /spec\.broker\.prefetch: Invalid value: 5000: spec\.broker\.prefetch in body should be less than or equal to 1000/],
-    ['no dead-letter owner', (s: any) => delete s.deadLetter.owner, /spec\.deadLetter\.owner: Required value/],
+    [
+      'maxReplicas below minReplicas',
+      (s: any) => (s.scaling = { minReplicas: 5, maxReplicas: 2 }),
+      /spec\.scaling\.maxReplicas: Invalid value.*maxReplicas must be at least minReplicas/,
+    ],
+    [
+      'maxDelay below initialDelay',
+      (s: any) => (s.retry = { initialDelaySeconds: 60, maxDelaySeconds: 10 }),
+      /spec\.retry\.maxDelaySeconds: Invalid value.*at least initialDelaySeconds/,
+    ],
+    [
+      'no schema versions',
+      (s: any) => (s.contract.schemaVersions = []),
+      /spec\.contract\.schemaVersions: Invalid value.*at least 1 item/,
+    ],
+    [
+      'duplicate schema versions',
+      (s: any) => (s.contract.schemaVersions = [2, 2]),
+      /spec\.contract\.schemaVersions\[1\]: Duplicate value: 2/,
+    ],
+    [
+      'a key rule without a placeholder',
+      (s: any) => (s.contract.idempotencyKey = 'invoice-send'),
+      /spec\.contract\.idempotencyKey: Invalid value: "invoice-send"/,
+    ],
+    [
+      'an illegal queue name',
+      (s: any) => (s.broker.queue = 'invoices send!'),
+      /spec\.broker\.queue: Invalid value: "invoices send!"/,
+    ],
+    [
+      'a reserved queue name',
+      (s: any) => (s.broker.queue = 'amq.gen-1'),
+      /spec\.broker\.queue: Invalid value.*reserved by RabbitMQ/,
+    ],
+    [
+      'a secret ref without a key',
+      (s: any) => (s.broker.urlSecretRef = { name: 'rabbitmq' }),
+      /spec\.broker\.urlSecretRef\.key: Required value/,
+    ],
+    [
+      'prefetch out of range',
+      (s: any) => (s.broker.prefetch = 5000),
+      /spec\.broker\.prefetch: Invalid value: 5000: spec\.broker\.prefetch in body should be less than or equal to 1000/,
+    ],
+    [
+      'no dead-letter owner',
+      (s: any) => delete s.deadLetter.owner,
+      /spec\.deadLetter\.owner: Required value/,
+    ],
   ])('rejects %s, naming the field', async (_what, patch, message) => {
     const err = await create('bad', withSpec(patch)).then(
       () => undefined,

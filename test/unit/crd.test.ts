@@ -15,12 +15,18 @@ describe('the JobWorker CRD', () => {
   });
 
   it('the zod schema fills the same defaults the apiserver does', () => {
-    const example = parse(readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8')) as { spec: unknown };
+    const example = parse(readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8')) as {
+      spec: unknown;
+    };
     const r = parseSpec(example.spec);
     expect(r.ok).toBe(true);
     if (r.ok) {
       expect(r.spec.broker.prefetch).toBe(8);
-      expect(r.spec.retry).toEqual({ maxAttempts: 5, initialDelaySeconds: 1, maxDelaySeconds: 600 });
+      expect(r.spec.retry).toEqual({
+        maxAttempts: 5,
+        initialDelaySeconds: 1,
+        maxDelaySeconds: 600,
+      });
       expect(r.spec.scaling.minReplicas).toBe(1);
       expect(r.spec.shutdown.drainDeadlineSeconds).toBe(45);
     }
@@ -29,6 +35,12 @@ describe('the JobWorker CRD', () => {
   it('names the field in what it rejects', () => {
     const r = parseSpec({ image: '', broker: {}, claims: {}, contract: {}, deadLetter: {} });
     expect(r.ok).toBe(false);
-    if (!r.ok) expect(r.problems).toEqual(expect.arrayContaining([expect.stringMatching(/^spec\.image: /), expect.stringMatching(/^spec\.broker\.queue: /)]));
+    if (!r.ok)
+      expect(r.problems).toEqual(
+        expect.arrayContaining([
+          expect.stringMatching(/^spec\.image: /),
+          expect.stringMatching(/^spec\.broker\.queue: /),
+        ]),
+      );
   });
 });

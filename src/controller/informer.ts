@@ -1,0 +1,160 @@
+// List + watch one kind into a cache, calling `onChange(key)` for every
+// change and, every `resyncMs`, for every cached key (missed events are a
+// known failure of watch-driven operators). Watch errors reconnect with
+// backoff from the last resourceVersion; 410 Gone relists. resourceVersions
+// are passed back to the server as given, never compared.
+import * as k8s from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import { resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
+
+export interface InformerOptions {
+  apiVersion: string;
+  kind: string;
+  /** all namespaces when undefined */
+  namespace?: string;
+  labelSelector?: string;
+  resyncMs: number;
+  onChange(key: string, obj: KubeObject | undefined): void;
+  log: Logger;
+}
+
+export const keyOf = (o: { metadata: { namespace?: string; name: string } }) =>
+  o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name;
+
+export class Informer {
+  readonly cache = new Map<string, KubeObject>();
+  private resourceVersion = '';
+  private abort: AbortController | undefined;
+  private resync: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private failures = 0;
+
+  constructor(
+    private readonly client: KubeClient,
+    private readonly opts: InformerOptions,
+  ) {}
+
+  /** Resolves once the first list has filled the cache (retrying: a new CRD's storage may still be initializing). */
+  async start(): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      if (this.stopped) return;
+      try {
+        await this.relist();
+        break;
+      } catch (err) {
+        const ms = Math.min(30_000, 250 * 2 ** Math.min(attempt, 8));
+        this.opts.log.warn(
+          { kind: this.opts.kind, err: (err as Error).message, retryInMs: ms },
+          'list failed; retrying',
+        );
+        await new Promise((r) => setTimeout(r, ms));
+      }
+    }
+    void this.watch();
+    this.resync = setInterval(() => {
+      for (const [key, obj] of this.cache) this.opts.onChange(key, obj);
+    }, this.opts.resyncMs);
+    this.resync.unref();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.resync) clearInterval(this.resync);
+    this.abort?.abort();
+  }
+
+  private query(): Record<string, string> {
+    return this.opts.labelSelector ? { labelSelector: this.opts.labelSelector } : {};
+  }
+
+  private async relist(): Promise<void> {
+    const list = await this.client.list(
+      this.opts.apiVersion,
+      this.opts.kind,
+      this.opts.namespace,
+      this.query(),
+    );
+    const seen = new Set<string>();
+    for (const item of list.items) {
+      // Lists omit apiVersion/kind on items.
+      const obj = { ...item, apiVersion: this.opts.apiVersion, kind: this.opts.kind };
+      const key = keyOf(obj);
+      seen.add(key);
+      const old = this.cache.get(key);
+      this.cache.set(key, obj);
+      if (!old || old.metadata.resourceVersion !== obj.metadata.resourceVersion)
+        this.opts.onChange(key, obj);
+    }
+    for (const key of [...this.cache.keys()]) {
+      if (!seen.has(key)) {
+        this.cache.delete(key);
+        this.opts.onChange(key, undefined);
+      }
+    }
+    this.resourceVersion = list.metadata.resourceVersion;
+  }
+
+  private async watch(): Promise<void> {
+    while (!this.stopped) {
+      let gone = false;
+      try {
+        await new Promise<void>((resolve, reject) => {
+          const watch = new k8s.Watch(this.client.kc);
+          const path = resourcePath(this.opts.apiVersion, this.opts.kind, this.opts.namespace);
+          watch
+            .watch(
+              path,
+              { ...this.query(), resourceVersion: this.resourceVersion, allowWatchBookmarks: true },
+              (type: string, obj: KubeObject & { code?: number }) => {
+                this.failures = 0;
+                if (type === 'ERROR') {
+                  if (obj.code === 410) gone = true;
+                  reject(new Error(`watch error ${obj.code ?? ''}`));
+                  return;
+                }
+                if (obj.metadata?.resourceVersion)
+                  this.resourceVersion = obj.metadata.resourceVersion;
+                if (type === 'BOOKMARK') return;
+                const full = { ...obj, apiVersion: this.opts.apiVersion, kind: this.opts.kind };
+                const key = keyOf(full);
+                if (type === 'DELETED') {
+                  this.cache.delete(key);
+                  this.opts.onChange(key, undefined);
+                } else {
+                  this.cache.set(key, full);
+                  this.opts.onChange(key, full);
+                }
+              },
+              (err: unknown) =>
+                err
+                  ? reject(err instanceof Error ? err : new Error(JSON.stringify(err)))
+                  : resolve(),
+            )
+            .then((ac) => {
+              this.abort = ac;
+              if (this.stopped) ac.abort();
+            }, reject);
+        });
+      } catch (err) {
+        if (this.stopped) return;
+        const status = (err as { statusCode?: number; code?: number }).statusCode;
+        if (gone || status === 410) {
+          this.opts.log.info({ kind: this.opts.kind }, 'watch expired (410 Gone): relisting');
+        } else {
+          this.failures++;
+          const ms = Math.min(30_000, 250 * 2 ** Math.min(this.failures, 8));
+          this.opts.log.warn(
+            { kind: this.opts.kind, err: (err as Error).message, retryInMs: ms },
+            'watch failed; reconnecting',
+          );
+          await new Promise((r) => setTimeout(r, ms));
+        }
+        // Relist on every failure: cheap at our scale, and it closes any gap.
+        await this.relist().catch((e: unknown) => {
+          this.opts.log.warn({ kind: this.opts.kind, err: (e as Error).message }, 'relist failed');
+          this.failures++;
+        });
+      }
+    }
+  }
+}

@@ -1,0 +1,150 @@
+// A keyed work queue, in the manner of client-go's: keys, not events, so a
+// burst of watch events for one object becomes one reconcile; duplicate keys
+// merge; a key is never processed twice at once (an add while it runs marks
+// it dirty and it runs again after); at most `concurrency` keys run; failures
+// back off per key, exponentially, up to a cap.
+
+export interface Timers {
+  now(): number;
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+const realTimers: Timers = {
+  now: () => Date.now(),
+  setTimeout: (fn, ms) => {
+    const t = setTimeout(fn, ms);
+    t.unref();
+    return t;
+  },
+  clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout),
+};
+
+export interface ProcessResult {
+  /** run the key again after this long (e.g. to re-read queue age) */
+  requeueAfterMs?: number;
+}
+
+export interface WorkQueueOptions {
+  concurrency: number;
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  timers?: Timers;
+  onError?: (key: string, err: unknown, retryInMs: number) => void;
+}
+
+export class WorkQueue {
+  private readonly queue: string[] = [];
+  private readonly dirty = new Set<string>();
+  private readonly processing = new Set<string>();
+  private readonly failures = new Map<string, number>();
+  private readonly delayed = new Map<string, { at: number; handle: unknown }>();
+  private readonly idleWaiters: Array<() => void> = [];
+  private process: ((key: string) => Promise<ProcessResult | void>) | undefined;
+  private stopped = false;
+  private readonly timers: Timers;
+  private readonly baseDelayMs: number;
+  private readonly maxDelayMs: number;
+
+  constructor(private readonly opts: WorkQueueOptions) {
+    this.timers = opts.timers ?? realTimers;
+    this.baseDelayMs = opts.baseDelayMs ?? 500;
+    this.maxDelayMs = opts.maxDelayMs ?? 5 * 60_000;
+  }
+
+  get length(): number {
+    return this.queue.length;
+  }
+
+  add(key: string): void {
+    if (this.stopped || this.dirty.has(key)) return;
+    this.dirty.add(key);
+    if (!this.processing.has(key)) {
+      this.queue.push(key);
+      this.pump();
+    }
+  }
+
+  /** Adds the key after `ms`; an earlier pending add for the key wins. */
+  addAfter(key: string, ms: number): void {
+    if (this.stopped) return;
+    if (ms <= 0) return this.add(key);
+    const at = this.timers.now() + ms;
+    const pending = this.delayed.get(key);
+    if (pending && pending.at <= at) return;
+    if (pending) this.timers.clearTimeout(pending.handle);
+    const handle = this.timers.setTimeout(() => {
+      this.delayed.delete(key);
+      this.add(key);
+    }, ms);
+    this.delayed.set(key, { at, handle });
+  }
+
+  /** Backoff for a failed key: base × 2^failures, capped. */
+  addRateLimited(key: string): number {
+    const n = this.failures.get(key) ?? 0;
+    this.failures.set(key, n + 1);
+    const ms = Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** n);
+    this.addAfter(key, ms);
+    return ms;
+  }
+
+  forget(key: string): void {
+    this.failures.delete(key);
+  }
+
+  start(process: (key: string) => Promise<ProcessResult | void>): void {
+    this.process = process;
+    this.pump();
+  }
+
+  /** Stops taking keys; resolves when the keys in progress are done. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const d of this.delayed.values()) this.timers.clearTimeout(d.handle);
+    this.delayed.clear();
+    this.queue.length = 0;
+    this.dirty.clear();
+    await this.idle();
+  }
+
+  /** Resolves when nothing is queued or running (tests, shutdown). */
+  idle(): Promise<void> {
+    if (this.processing.size === 0 && (this.queue.length === 0 || !this.process))
+      return Promise.resolve();
+    return new Promise((r) => this.idleWaiters.push(r));
+  }
+
+  private pump(): void {
+    const process = this.process;
+    if (!process) return;
+    while (this.processing.size < this.opts.concurrency && this.queue.length) {
+      const key = this.queue.shift() as string;
+      this.dirty.delete(key);
+      this.processing.add(key);
+      void this.run(process, key);
+    }
+  }
+
+  private async run(
+    process: (key: string) => Promise<ProcessResult | void>,
+    key: string,
+  ): Promise<void> {
+    try {
+      const result = await process(key);
+      this.forget(key);
+      if (result?.requeueAfterMs !== undefined) this.addAfter(key, result.requeueAfterMs);
+    } catch (err) {
+      const ms = this.stopped ? 0 : this.addRateLimited(key);
+      this.opts.onError?.(key, err, ms);
+    } finally {
+      this.processing.delete(key);
+      // Added again while it ran: run it again, after the others already waiting.
+      if (this.dirty.has(key) && !this.stopped) this.queue.push(key);
+      this.pump();
+      if (this.processing.size === 0 && this.queue.length === 0) {
+        for (const w of this.idleWaiters.splice(0)) w();
+      }
+    }
+  }
+}

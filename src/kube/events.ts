@@ -1,0 +1,65 @@
+// Events for the decisions a person wants in `kubectl describe jw`: one per
+// decision, not per reconcile — a repeat of the same reason and message
+// within ten minutes is dropped, so a steady state writes none.
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { KubeClient } from './client.js';
+
+export interface EventTarget {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace: string; uid: string; resourceVersion?: string };
+}
+
+export class EventRecorder {
+  private readonly recent = new Map<string, number>();
+
+  constructor(
+    private readonly client: KubeClient,
+    private readonly component: string,
+    private readonly log: Logger,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  async emit(
+    target: EventTarget,
+    type: 'Normal' | 'Warning',
+    reason: string,
+    message: string,
+  ): Promise<void> {
+    const dedupe = `${target.metadata.uid}/${reason}/${message}`;
+    const last = this.recent.get(dedupe);
+    if (last !== undefined && this.now() - last < 600_000) return;
+    this.recent.set(dedupe, this.now());
+    if (this.recent.size > 10_000) this.recent.clear();
+    const at = new Date(this.now()).toISOString();
+    try {
+      await this.client.create({
+        apiVersion: 'v1',
+        kind: 'Event',
+        metadata: {
+          name: `${target.metadata.name}.${randomBytes(6).toString('hex')}`,
+          namespace: target.metadata.namespace,
+        },
+        involvedObject: {
+          apiVersion: target.apiVersion,
+          kind: target.kind,
+          name: target.metadata.name,
+          namespace: target.metadata.namespace,
+          uid: target.metadata.uid,
+        },
+        type,
+        reason,
+        message,
+        source: { component: this.component },
+        reportingComponent: this.component,
+        firstTimestamp: at,
+        lastTimestamp: at,
+        count: 1,
+      });
+    } catch (err) {
+      // Events are best effort: never fail a reconcile over one.
+      this.log.warn({ reason, err: (err as Error).message }, 'could not record event');
+    }
+  }
+}

@@ -1,0 +1,40 @@
+// The operator's entry point: `node dist/src/main.js` in the image, or
+// `node --import tsx src/main.ts` from source. Configuration from the
+// environment (the Helm chart sets it):
+//   KUBECONFIG                    out of cluster; in cluster the service account is used
+//   JOBFLEET_WATCH_NAMESPACES     comma-separated; all namespaces when empty
+//   POD_NAMESPACE, POD_NAME       the leader Lease's namespace and this replica's identity
+//   JOBFLEET_LEASE_NAME           default jobfleet-operator
+//   JOBFLEET_OPERATOR_PORT        /healthz /readyz /metrics, default 8080
+//   LOG_LEVEL                     default info
+import os from 'node:os';
+import pino from 'pino';
+import { KubeClient } from './kube/client.js';
+import { startOperator } from './operator.js';
+
+const log = pino({ level: process.env.LOG_LEVEL ?? 'info' });
+const env = process.env;
+const operator = await startOperator({
+  client: KubeClient.fromDefault(),
+  namespaces: (env.JOBFLEET_WATCH_NAMESPACES ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean),
+  identity: env.POD_NAME ?? `${os.hostname()}-${process.pid}`,
+  lease: {
+    namespace: env.POD_NAMESPACE ?? 'default',
+    name: env.JOBFLEET_LEASE_NAME ?? 'jobfleet-operator',
+  },
+  port: Number(env.JOBFLEET_OPERATOR_PORT ?? 8080),
+  log,
+});
+
+const shutdown = () => {
+  log.info('signal received: releasing the lease and stopping');
+  operator.stop().then(
+    () => process.exit(0),
+    () => process.exit(1),
+  );
+};
+process.once('SIGTERM', shutdown);
+process.once('SIGINT', shutdown);

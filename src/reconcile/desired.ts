@@ -1,0 +1,196 @@
+// The desired child objects of a JobWorker, pure: the worker Deployment (with
+// the JOBFLEET_* contract of DESIGN.md §2), a headless metrics Service and a
+// PodDisruptionBudget. Computed whole before any write, then server-side
+// applied under one field manager.
+import { createHash } from 'node:crypto';
+import { API_VERSION, KIND, type JobWorker, type JobWorkerSpec } from '../api/jobworker.js';
+import type { KubeObject } from '../kube/client.js';
+
+export const FIELD_MANAGER = 'jobfleet-operator';
+export const METRICS_PORT = 9464;
+/** Grace beyond the drain deadline: time to close the channel and release claims. */
+export const TERMINATION_MARGIN_SECONDS = 15;
+
+export const LABEL_JOBWORKER = 'jobfleet.dev/jobworker';
+export const LABEL_REVISION = 'jobfleet.dev/revision';
+export const ANNOTATION_TEMPLATE_HASH = 'jobfleet.dev/template-hash';
+export const ANNOTATION_CONTRACT_HASH = 'jobfleet.dev/contract-hash';
+
+const hash = (v: unknown) =>
+  createHash('sha256').update(JSON.stringify(v)).digest('hex').slice(0, 12);
+
+/** The contract's identity: the key rule and the set of schema versions. */
+export function contractHash(spec: JobWorkerSpec): string {
+  return hash({
+    keyRule: spec.contract.idempotencyKey,
+    versions: [...spec.contract.schemaVersions].sort((a, b) => a - b),
+  });
+}
+
+export function selectorLabels(jw: Pick<JobWorker, 'metadata'>): Record<string, string> {
+  return { [LABEL_JOBWORKER]: jw.metadata.name };
+}
+
+export function commonLabels(jw: Pick<JobWorker, 'metadata'>): Record<string, string> {
+  return {
+    'app.kubernetes.io/name': 'jobworker',
+    'app.kubernetes.io/instance': jw.metadata.name,
+    'app.kubernetes.io/component': 'worker',
+    'app.kubernetes.io/managed-by': 'jobfleet',
+    ...selectorLabels(jw),
+  };
+}
+
+export function ownerReference(jw: JobWorker) {
+  return {
+    apiVersion: API_VERSION,
+    kind: KIND,
+    name: jw.metadata.name,
+    uid: jw.metadata.uid,
+    controller: true,
+    blockOwnerDeletion: true,
+  };
+}
+
+function env(jw: JobWorker, revision: string): Array<Record<string, unknown>> {
+  const s = jw.spec;
+  const v = (name: string, value: string | number) => ({ name, value: String(value) });
+  const secret = (name: string, ref: { name: string; key: string }) => ({
+    name,
+    valueFrom: { secretKeyRef: { name: ref.name, key: ref.key } },
+  });
+  return [
+    v('JOBFLEET_QUEUE', s.broker.queue),
+    secret('JOBFLEET_BROKER_URL', s.broker.urlSecretRef),
+    secret('JOBFLEET_CLAIMS_URL', s.claims.urlSecretRef),
+    v('JOBFLEET_PREFETCH', s.broker.prefetch),
+    v('JOBFLEET_QUEUE_TYPE', s.broker.queueType),
+    v('JOBFLEET_MAX_ATTEMPTS', s.retry.maxAttempts),
+    v('JOBFLEET_INITIAL_DELAY_SECONDS', s.retry.initialDelaySeconds),
+    v('JOBFLEET_MAX_DELAY_SECONDS', s.retry.maxDelaySeconds),
+    v('JOBFLEET_DEAD_LETTER_QUEUE', s.retry.deadLetterQueue ?? `${s.broker.queue}.dlq`),
+    v('JOBFLEET_DEAD_LETTER_OWNER', s.deadLetter.owner),
+    v('JOBFLEET_LEASE_SECONDS', s.claims.leaseSeconds),
+    v('JOBFLEET_DRAIN_DEADLINE_SECONDS', s.shutdown.drainDeadlineSeconds),
+    v('JOBFLEET_KEY_RULE', s.contract.idempotencyKey),
+    v('JOBFLEET_SCHEMA_VERSIONS', s.contract.schemaVersions.join(',')),
+    v('JOBFLEET_REVISION', revision),
+    v('JOBFLEET_METRICS_PORT', METRICS_PORT),
+    ...(s.podTemplate?.env ?? []),
+  ];
+}
+
+/** The restricted Pod Security profile, by default. */
+const restrictedContainer = {
+  allowPrivilegeEscalation: false,
+  capabilities: { drop: ['ALL'] },
+  readOnlyRootFilesystem: true,
+  runAsNonRoot: true,
+  seccompProfile: { type: 'RuntimeDefault' },
+};
+
+/**
+ * The pod template. Its hash, taken before the revision label is added,
+ * identifies the revision: an identical template is the same revision.
+ */
+export function podTemplate(jw: JobWorker, revision: string): Record<string, unknown> {
+  const s = jw.spec;
+  const pt = s.podTemplate ?? {};
+  const probe = (path: string, periodSeconds: number, failureThreshold: number) => ({
+    httpGet: { path, port: 'metrics' },
+    periodSeconds,
+    failureThreshold,
+    timeoutSeconds: 2,
+  });
+  return {
+    metadata: {
+      // user labels first: ours win, so the selector cannot be broken
+      labels: { ...(pt.labels ?? {}), ...commonLabels(jw), [LABEL_REVISION]: revision },
+      annotations: { ...(pt.annotations ?? {}), [ANNOTATION_CONTRACT_HASH]: contractHash(s) },
+    },
+    spec: {
+      ...(pt.serviceAccountName ? { serviceAccountName: pt.serviceAccountName } : {}),
+      // Workers talk to RabbitMQ and PostgreSQL, not to the Kubernetes API.
+      automountServiceAccountToken: false,
+      terminationGracePeriodSeconds: s.shutdown.drainDeadlineSeconds + TERMINATION_MARGIN_SECONDS,
+      securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
+      ...(pt.nodeSelector ? { nodeSelector: pt.nodeSelector } : {}),
+      ...(pt.tolerations ? { tolerations: pt.tolerations } : {}),
+      containers: [
+        {
+          name: 'worker',
+          image: s.image,
+          env: env(jw, revision),
+          ports: [{ name: 'metrics', containerPort: METRICS_PORT, protocol: 'TCP' }],
+          readinessProbe: probe('/readyz', 5, 2),
+          livenessProbe: probe('/healthz', 10, 6),
+          ...(pt.resources ? { resources: pt.resources } : {}),
+          securityContext: { ...restrictedContainer, ...(pt.securityContext ?? {}) },
+          // a writable /tmp on a read-only root filesystem
+          volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }],
+        },
+      ],
+      volumes: [{ name: 'tmp', emptyDir: {} }],
+    },
+  };
+}
+
+export function templateHash(jw: JobWorker): string {
+  return hash(podTemplate(jw, ''));
+}
+
+export function desiredDeployment(jw: JobWorker, revision: string, replicas: number): KubeObject {
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: {
+      name: jw.metadata.name,
+      namespace: jw.metadata.namespace,
+      labels: commonLabels(jw),
+      annotations: { [ANNOTATION_TEMPLATE_HASH]: templateHash(jw) },
+      ownerReferences: [ownerReference(jw)],
+    },
+    spec: {
+      replicas,
+      selector: { matchLabels: selectorLabels(jw) },
+      // Never below the running capacity during a roll: the backlog keeps draining.
+      strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: '25%', maxUnavailable: 0 } },
+      revisionHistoryLimit: jw.spec.rollout.historyLimit,
+      template: podTemplate(jw, revision),
+    },
+  };
+}
+
+/** Headless, so that Prometheus (or a PodMonitor) discovers every worker pod. */
+export function desiredMetricsService(jw: JobWorker): KubeObject {
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: {
+      name: `${jw.metadata.name}-metrics`,
+      namespace: jw.metadata.namespace,
+      labels: commonLabels(jw),
+      ownerReferences: [ownerReference(jw)],
+    },
+    spec: {
+      clusterIP: 'None',
+      selector: selectorLabels(jw),
+      ports: [{ name: 'metrics', port: METRICS_PORT, targetPort: 'metrics', protocol: 'TCP' }],
+    },
+  };
+}
+
+/** One worker at a time may be evicted by a node drain: the rest keep consuming. */
+export function desiredPdb(jw: JobWorker): KubeObject {
+  return {
+    apiVersion: 'policy/v1',
+    kind: 'PodDisruptionBudget',
+    metadata: {
+      name: jw.metadata.name,
+      namespace: jw.metadata.namespace,
+      labels: commonLabels(jw),
+      ownerReferences: [ownerReference(jw)],
+    },
+    spec: { maxUnavailable: 1, selector: { matchLabels: selectorLabels(jw) } },
+  };
+}

@@ -1,0 +1,137 @@
+// The JobWorker's status, pure: a function of the spec, what was observed and
+// what the reconcile did. Written once per reconcile, and only when it changed.
+import type { Condition, JobWorkerStatus } from '../api/jobworker.js';
+import { phaseOf, setCondition, type ConditionInput } from './conditions.js';
+import type { HistoryEntry } from './revisions.js';
+
+export interface DeploymentObservation {
+  generation: number;
+  observedGeneration: number;
+  replicas: number;
+  readyReplicas: number;
+  updatedReplicas: number;
+  availableReplicas: number;
+}
+
+export interface StatusInput {
+  generation: number;
+  previous: JobWorkerStatus | undefined;
+  /** why the spec cannot be acted on (invalid spec, missing Secret…): Degraded, nothing rolled */
+  problems: Array<{ reason: string; message: string }>;
+  desiredReplicas: number;
+  deployment: DeploymentObservation | undefined;
+  updateRevision: string | undefined;
+  history: HistoryEntry[];
+  now: Date;
+}
+
+export function computeStatus(i: StatusInput): JobWorkerStatus {
+  const prev = i.previous ?? {};
+  let conditions: Condition[] = [...(prev.conditions ?? [])];
+  const set = (c: ConditionInput) =>
+    (conditions = setCondition(conditions, c, i.generation, i.now));
+  const d = i.deployment;
+
+  if (i.problems.length) {
+    set({
+      type: 'Degraded',
+      status: 'True',
+      reason: i.problems[0]!.reason,
+      message: i.problems.map((p) => p.message).join(' '),
+    });
+  } else {
+    set({
+      type: 'Degraded',
+      status: 'False',
+      reason: 'AsExpected',
+      message: 'The spec is valid and its Secrets are in place.',
+    });
+  }
+
+  const rolledOut =
+    !!d &&
+    d.observedGeneration >= d.generation &&
+    d.updatedReplicas >= d.replicas &&
+    d.readyReplicas >= d.replicas &&
+    d.replicas === i.desiredReplicas;
+  if (!d) {
+    set({
+      type: 'Progressing',
+      status: 'True',
+      reason: 'Creating',
+      message: 'The worker Deployment is being created.',
+    });
+  } else if (rolledOut) {
+    set({
+      type: 'Progressing',
+      status: 'False',
+      reason: 'RolloutComplete',
+      message: `Revision ${i.updateRevision ?? '?'} runs on all ${d.replicas} replicas.`,
+    });
+  } else {
+    set({
+      type: 'Progressing',
+      status: 'True',
+      reason: 'RollingOut',
+      message: `Revision ${i.updateRevision ?? '?'}: ${d.updatedReplicas} of ${i.desiredReplicas} replicas updated, ${d.readyReplicas} ready.`,
+    });
+  }
+
+  if (i.desiredReplicas === 0) {
+    set({
+      type: 'Available',
+      status: 'True',
+      reason: 'ScaledToZero',
+      message: 'No replicas are wanted; messages wait in the queue.',
+    });
+  } else if (d && d.availableReplicas > 0) {
+    set({
+      type: 'Available',
+      status: 'True',
+      reason: 'MinimumReplicasAvailable',
+      message: `${d.availableReplicas} of ${i.desiredReplicas} replicas are available.`,
+    });
+  } else {
+    set({
+      type: 'Available',
+      status: 'False',
+      reason: 'NoReplicasAvailable',
+      message: 'No worker replica is ready to consume.',
+    });
+  }
+
+  if (!conditions.some((c) => c.type === 'RolloutBlocked')) {
+    set({
+      type: 'RolloutBlocked',
+      status: 'False',
+      reason: 'Compatible',
+      message: 'No incompatible change is pending.',
+    });
+  }
+  if (!conditions.some((c) => c.type === 'Draining')) {
+    set({
+      type: 'Draining',
+      status: 'False',
+      reason: 'NotDraining',
+      message: 'No drain is in progress.',
+    });
+  }
+
+  const status: JobWorkerStatus = {
+    ...prev,
+    observedGeneration: i.generation,
+    desiredReplicas: i.desiredReplicas,
+    replicas: d?.replicas ?? 0,
+    readyReplicas: d?.readyReplicas ?? 0,
+    updateRevision: i.updateRevision ?? prev.updateRevision,
+    currentRevision: rolledOut ? i.updateRevision : (prev.currentRevision ?? undefined),
+    history: i.history,
+    conditions,
+  };
+  status.phase = phaseOf(conditions);
+  return dropUndefined(status);
+}
+
+function dropUndefined<T extends object>(o: T): T {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+}

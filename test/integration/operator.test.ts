@@ -1,0 +1,385 @@
+// The JobWorker controller against the real kube-apiserver (with the
+// controller manager, scheduler and kwok from the test ground): what a user
+// sees after `kubectl apply -f examples/jobworker.yaml`.
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import pino from 'pino';
+import { parse } from 'yaml';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { KubeClient, type KubeObject } from '../../src/kube/client.js';
+import { startOperator, type Operator } from '../../src/operator.js';
+import { assetsDir, repoRoot } from '../ground/control-plane.js';
+import { eventually } from '../ground/eventually.js';
+import { useKube } from '../ground/index.js';
+
+const run = promisify(execFile);
+const example = parse(
+  readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8'),
+) as KubeObject & { spec: Record<string, any> };
+
+let ns: Awaited<ReturnType<typeof useKube>>;
+let client: KubeClient;
+const operators: Operator[] = [];
+
+async function operator(identity = 'op-1', resyncMs = 60_000): Promise<Operator> {
+  const op = await startOperator({
+    client,
+    namespaces: [ns.namespace],
+    identity,
+    lease: {
+      namespace: ns.namespace,
+      name: 'jobfleet-operator',
+      leaseDurationSeconds: 4,
+      renewDeadlineSeconds: 3,
+      retryPeriodSeconds: 1,
+    },
+    port: 0,
+    resyncMs,
+    log: pino({ level: process.env.JOBFLEET_TEST_LOG ?? 'silent' }),
+  });
+  operators.push(op);
+  return op;
+}
+
+const kubectl = (...args: string[]) =>
+  run(
+    path.join(assetsDir(), 'kubectl'),
+    [`--kubeconfig=${ns.kubeconfigPath}`, '-n', ns.namespace, ...args],
+    { timeout: 120_000 },
+  );
+
+async function secrets(): Promise<void> {
+  for (const [name, key, value] of [
+    ['rabbitmq', 'url', 'amqp://user:pw@rabbitmq:5672'],
+    ['claims-db', 'url', 'postgres://user:pw@db/claims'],
+  ] as const) {
+    await client.apply(
+      {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name, namespace: ns.namespace },
+        stringData: { [key]: value },
+      },
+      'test',
+    );
+  }
+}
+
+const applyJobWorker = (spec: Record<string, unknown>, name = 'invoice-sender') =>
+  client.apply(
+    {
+      apiVersion: 'jobfleet.dev/v1alpha1',
+      kind: 'JobWorker',
+      metadata: { name, namespace: ns.namespace },
+      spec,
+    },
+    'test-user',
+  );
+
+const getJw = (name = 'invoice-sender') =>
+  client.get<KubeObject & { status?: any }>(
+    'jobfleet.dev/v1alpha1',
+    'JobWorker',
+    ns.namespace,
+    name,
+  );
+const getDeployment = (name = 'invoice-sender') =>
+  client.find<KubeObject & { spec: any; status?: any }>(
+    'apps/v1',
+    'Deployment',
+    ns.namespace,
+    name,
+  );
+const condition = (jw: { status?: any }, type: string) =>
+  (
+    jw.status?.conditions as
+      Array<{ type: string; status: string; reason: string; message: string }> | undefined
+  )?.find((c) => c.type === type);
+
+beforeEach(async () => {
+  ns = await useKube();
+  client = new KubeClient(ns.kc);
+});
+afterEach(async () => {
+  await Promise.all(operators.splice(0).map((o) => o.stop()));
+  await ns?.cleanup();
+});
+
+describe('JobWorker → worker Deployment', () => {
+  it('reconciles the example into a Deployment with the env contract, probes, restricted security and an owner; Available once ready', async () => {
+    await secrets();
+    await operator();
+    await kubectl('apply', '-f', path.join(repoRoot, 'examples/jobworker.yaml'));
+    const d = await eventually('the Deployment', () => getDeployment());
+    const jw = await getJw();
+
+    expect(d.metadata.ownerReferences).toEqual([
+      {
+        apiVersion: 'jobfleet.dev/v1alpha1',
+        kind: 'JobWorker',
+        name: 'invoice-sender',
+        uid: jw.metadata.uid,
+        controller: true,
+        blockOwnerDeletion: true,
+      },
+    ]);
+    const pod = d.spec.template.spec;
+    const c = pod.containers[0];
+    const env = Object.fromEntries(
+      (c.env as Array<{ name: string; value?: string; valueFrom?: unknown }>).map((e) => [
+        e.name,
+        e.value ?? e.valueFrom,
+      ]),
+    );
+    expect(env).toMatchObject({
+      JOBFLEET_QUEUE: 'invoices.send',
+      JOBFLEET_BROKER_URL: { secretKeyRef: { name: 'rabbitmq', key: 'url' } },
+      JOBFLEET_CLAIMS_URL: { secretKeyRef: { name: 'claims-db', key: 'url' } },
+      JOBFLEET_PREFETCH: '8',
+      JOBFLEET_MAX_ATTEMPTS: '5',
+      JOBFLEET_INITIAL_DELAY_SECONDS: '1',
+      JOBFLEET_MAX_DELAY_SECONDS: '600',
+      JOBFLEET_DEAD_LETTER_QUEUE: 'invoices.send.dlq',
+      JOBFLEET_LEASE_SECONDS: '60',
+      JOBFLEET_DRAIN_DEADLINE_SECONDS: '45',
+      JOBFLEET_KEY_RULE: 'invoice:{invoiceId}:send',
+      JOBFLEET_SCHEMA_VERSIONS: '2,3',
+      JOBFLEET_REVISION: '1',
+      JOBFLEET_METRICS_PORT: '9464',
+    });
+    expect(pod.terminationGracePeriodSeconds).toBe(45 + 15);
+    expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz', port: 'metrics', scheme: 'HTTP' });
+    expect(c.livenessProbe.httpGet).toEqual({ path: '/healthz', port: 'metrics', scheme: 'HTTP' });
+    expect(c.ports).toEqual([{ name: 'metrics', containerPort: 9464, protocol: 'TCP' }]);
+    expect(c.securityContext).toEqual({
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+      readOnlyRootFilesystem: true,
+      runAsNonRoot: true,
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+    expect(d.spec.template.metadata.labels).toMatchObject({
+      'jobfleet.dev/jobworker': 'invoice-sender',
+      'jobfleet.dev/revision': '1',
+      'app.kubernetes.io/managed-by': 'jobfleet',
+    });
+    const svc = await client.get<KubeObject & { spec: any }>(
+      'v1',
+      'Service',
+      ns.namespace,
+      'invoice-sender-metrics',
+    );
+    expect(svc.spec.ports[0]).toMatchObject({ name: 'metrics', port: 9464 });
+    const pdb = await client.get<KubeObject & { spec: any }>(
+      'policy/v1',
+      'PodDisruptionBudget',
+      ns.namespace,
+      'invoice-sender',
+    );
+    expect(pdb.spec.maxUnavailable).toBe(1);
+
+    // kwok marks the pod Ready; the JobWorker turns Available.
+    const { stdout } = await kubectl(
+      'wait',
+      '--for=condition=Available',
+      'jw/invoice-sender',
+      '--timeout=60s',
+    );
+    expect(stdout).toContain('condition met');
+    const ready = await eventually('status to settle', async () => {
+      const j = await getJw();
+      return j.status?.phase === 'Healthy' ? j : undefined;
+    });
+    expect(ready.status).toMatchObject({
+      observedGeneration: ready.metadata.generation,
+      desiredReplicas: 1,
+      readyReplicas: 1,
+      currentRevision: '1',
+      updateRevision: '1',
+    });
+    const table = (await kubectl('get', 'jobfleet')).stdout;
+    expect(table).toMatch(/NAME\s+DESIRED\s+READY\s+OLDEST AGE\s+REVISION\s+PHASE\s+AGE/);
+    // Oldest Age stays empty until the autoscaler reads the queue.
+    expect(table).toMatch(/invoice-sender\s+1\s+1\s+1\s+Healthy/);
+  });
+
+  it('follows spec edits with a new revision, and its children are garbage-collected when it is deleted', async () => {
+    await secrets();
+    await operator();
+    await applyJobWorker(example.spec);
+    await eventually('revision 1', async () =>
+      (await getJw()).status?.currentRevision === '1' ? true : undefined,
+    );
+
+    await applyJobWorker({
+      ...example.spec,
+      image: 'registry.example.com/billing/invoice-worker:1.5.0',
+    });
+    const d = await eventually('the Deployment to follow', async () => {
+      const dep = await getDeployment();
+      return dep?.spec.template.spec.containers[0].image.endsWith(':1.5.0') ? dep : undefined;
+    });
+    expect(d.spec.template.metadata.labels['jobfleet.dev/revision']).toBe('2');
+    const jw = await eventually('revision 2 rolled out', async () => {
+      const j = await getJw();
+      return j.status?.currentRevision === '2' ? j : undefined;
+    });
+    expect(
+      jw.status.history.map((h: { revision: string; image: string }) => [h.revision, h.image]),
+    ).toEqual([
+      ['1', 'registry.example.com/billing/invoice-worker:1.4.2'],
+      ['2', 'registry.example.com/billing/invoice-worker:1.5.0'],
+    ]);
+    const events = await client.list<KubeObject & { reason: string; message: string }>(
+      'v1',
+      'Event',
+      ns.namespace,
+    );
+    expect(events.items.map((e) => e.reason)).toEqual(
+      expect.arrayContaining(['DeploymentCreated', 'RevisionChanged']),
+    );
+
+    await client.delete('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'invoice-sender');
+    await eventually('the Deployment to be garbage-collected', async () =>
+      (await getDeployment()) ? undefined : true,
+    );
+    await eventually('the Service to be garbage-collected', async () =>
+      (await client.find('v1', 'Service', ns.namespace, 'invoice-sender-metrics'))
+        ? undefined
+        : true,
+    );
+  });
+
+  it('runs pods in a namespace that enforces the restricted Pod Security profile', async () => {
+    await client.apply(
+      {
+        apiVersion: 'v1',
+        kind: 'Namespace',
+        metadata: {
+          name: ns.namespace,
+          labels: { 'pod-security.kubernetes.io/enforce': 'restricted' },
+        },
+      },
+      'test',
+    );
+    // The enforcement is real: a pod without the restricted settings is refused.
+    const refused = await client
+      .create({
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: 'plain', namespace: ns.namespace },
+        spec: { containers: [{ name: 'c', image: 'x' }] },
+      })
+      .then(
+        () => undefined,
+        (e: Error) => e,
+      );
+    expect(refused?.message).toMatch(/violates PodSecurity "restricted/);
+    await secrets();
+    await operator();
+    await applyJobWorker(example.spec);
+    const pods = await eventually('a Running pod', async () => {
+      const list = await client.list<KubeObject & { status?: { phase?: string } }>(
+        'v1',
+        'Pod',
+        ns.namespace,
+        { labelSelector: 'jobfleet.dev/jobworker=invoice-sender' },
+      );
+      return list.items.some((p) => p.status?.phase === 'Running') ? list.items : undefined;
+    });
+    expect(pods).toHaveLength(1);
+    const rsEvents = await client.list<KubeObject & { reason: string }>(
+      'v1',
+      'Event',
+      ns.namespace,
+    );
+    expect(rsEvents.items.filter((e) => e.reason === 'FailedCreate')).toEqual([]);
+  });
+
+  it('reports a missing Secret as Degraded, naming it, creates nothing, and converges once it exists', async () => {
+    await operator();
+    await applyJobWorker(example.spec);
+    const jw = await eventually('Degraded', async () => {
+      const j = await getJw();
+      return condition(j, 'Degraded')?.status === 'True' ? j : undefined;
+    });
+    expect(condition(jw, 'Degraded')).toMatchObject({ reason: 'SecretMissing' });
+    expect(condition(jw, 'Degraded')!.message).toContain(
+      `Secret ${ns.namespace}/rabbitmq named by spec.broker.urlSecretRef does not exist`,
+    );
+    expect(jw.status.phase).toBe('Degraded');
+    expect(await getDeployment()).toBeUndefined();
+
+    await secrets();
+    await eventually(
+      'recovered',
+      async () => ((await getJw()).status?.phase === 'Healthy' ? true : undefined),
+      90_000,
+    );
+    expect(await getDeployment()).toBeDefined();
+  }, 120_000);
+});
+
+describe('operator processes', () => {
+  it('a restart mid-reconcile converges without duplicate objects', async () => {
+    await secrets();
+    const first = await operator();
+    await Promise.all(['a', 'b', 'c', 'd', 'e'].map((n) => applyJobWorker(example.spec, `w-${n}`)));
+    await new Promise((r) => setTimeout(r, 200)); // let it get part of the way
+    await first.stop();
+    operators.splice(operators.indexOf(first), 1);
+    await operator('op-2');
+    for (const n of ['a', 'b', 'c', 'd', 'e']) {
+      await eventually(`w-${n} healthy`, async () =>
+        (await getJw(`w-${n}`)).status?.phase === 'Healthy' ? true : undefined,
+      );
+    }
+    const deployments = await client.list('apps/v1', 'Deployment', ns.namespace);
+    expect(deployments.items.map((d) => d.metadata.name).sort()).toEqual([
+      'w-a',
+      'w-b',
+      'w-c',
+      'w-d',
+      'w-e',
+    ]);
+    const replicaSets = await client.list('apps/v1', 'ReplicaSet', ns.namespace);
+    expect(replicaSets.items).toHaveLength(5);
+  });
+
+  it('of two operators only the leader writes; the standby takes over when the leader stops; a steady state writes nothing', async () => {
+    await secrets();
+    const a = await operator('op-a', 1000);
+    await eventually('a leader', () => Promise.resolve(a.isLeader() ? true : undefined));
+    const b = await operator('op-b', 1000);
+    await applyJobWorker(example.spec);
+    await eventually('healthy', async () =>
+      (await getJw()).status?.phase === 'Healthy' ? true : undefined,
+    );
+    const writes = async (op: Operator) =>
+      ((await op.metrics.apiWrites.get()).values ?? []).reduce((s, v) => s + v.value, 0);
+    expect(b.isLeader()).toBe(false);
+    expect(await writes(b)).toBe(0);
+    const settled = await writes(a);
+    expect(settled).toBeGreaterThan(0);
+
+    // Several resyncs (every second here) of a converged JobWorker: no writes.
+    await new Promise((r) => setTimeout(r, 3500));
+    await a.idle();
+    expect(await writes(a)).toBe(settled);
+
+    await a.stop();
+    operators.splice(operators.indexOf(a), 1);
+    await eventually(
+      'op-b to lead',
+      () => Promise.resolve(b.isLeader() ? true : undefined),
+      20_000,
+    );
+    await applyJobWorker(example.spec, 'second');
+    await eventually('op-b reconciles', async () =>
+      (await getJw('second')).status?.phase === 'Healthy' ? true : undefined,
+    );
+    expect(await writes(b)).toBeGreaterThan(0);
+  });
+});
