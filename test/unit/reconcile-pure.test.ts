@@ -1,0 +1,197 @@
+// The operator's pure decisions: conditions, phase, revisions, the desired
+// Deployment and the no-op check that keeps a steady state write-free.
+import { describe, expect, it } from 'vitest';
+import { parseSpec, type JobWorker } from '../../src/api/jobworker.js';
+import { phaseOf, setCondition } from '../../src/reconcile/conditions.js';
+import { contractHash, desiredDeployment, templateHash } from '../../src/reconcile/desired.js';
+import { assignRevision } from '../../src/reconcile/revisions.js';
+import { computeStatus } from '../../src/reconcile/status.js';
+import { isSubset } from '../../src/reconcile/subset.js';
+
+const spec = (over: Record<string, unknown> = {}) => {
+  const r = parseSpec({
+    image: 'img:1',
+    broker: { urlSecretRef: { name: 'r', key: 'url' }, queue: 'q' },
+    claims: { urlSecretRef: { name: 'c', key: 'url' } },
+    contract: { idempotencyKey: 'k:{id}', schemaVersions: [3, 2] },
+    deadLetter: { owner: 'team' },
+    ...over,
+  });
+  if (!r.ok) throw new Error(r.problems.join('\n'));
+  return r.spec;
+};
+const jw = (s = spec()): JobWorker => ({
+  apiVersion: 'jobfleet.dev/v1alpha1',
+  kind: 'JobWorker',
+  metadata: { name: 'w', namespace: 'ns', uid: 'u-1', generation: 1 },
+  spec: s,
+});
+
+describe('conditions', () => {
+  const t1 = new Date('2026-11-29T10:00:00Z');
+  const t2 = new Date('2026-11-29T11:00:00Z');
+  it('lastTransitionTime moves only when the status changes', () => {
+    let c = setCondition(
+      [],
+      { type: 'Available', status: 'False', reason: 'A', message: 'a' },
+      1,
+      t1,
+    );
+    c = setCondition(c, { type: 'Available', status: 'False', reason: 'B', message: 'b' }, 2, t2);
+    expect(c[0]).toMatchObject({
+      reason: 'B',
+      observedGeneration: 2,
+      lastTransitionTime: '2026-11-29T10:00:00Z',
+    });
+    c = setCondition(c, { type: 'Available', status: 'True', reason: 'C', message: 'c' }, 2, t2);
+    expect(c[0]!.lastTransitionTime).toBe('2026-11-29T11:00:00Z');
+  });
+
+  it.each([
+    [{ Available: 'True' }, 'Healthy'],
+    [{ Available: 'True', Progressing: 'True' }, 'Progressing'],
+    [{ Available: 'False' }, 'Progressing'],
+    [{ Available: 'True', Degraded: 'True' }, 'Degraded'],
+    [{ Available: 'True', Degraded: 'True', RolloutBlocked: 'True' }, 'Blocked'],
+    [{ Available: 'True', Draining: 'True' }, 'Draining'],
+  ] as const)('%j → %s', (set, phase) => {
+    const conds = Object.entries(set).map(([type, status]) => ({
+      type,
+      status,
+      reason: 'R',
+      message: 'm',
+      lastTransitionTime: '',
+    }));
+    expect(phaseOf(conds as never)).toBe(phase);
+  });
+});
+
+describe('revisions', () => {
+  const now = new Date('2026-11-29T10:00:00Z');
+  it('numbers new templates in order, returns to an earlier number for an earlier template, keeps the last N', () => {
+    let h = assignRevision([], { templateHash: 'a', image: 'i:1', contractHash: 'c' }, now, 2);
+    expect(h.revision).toBe('1');
+    h = assignRevision(h.history, { templateHash: 'b', image: 'i:2', contractHash: 'c' }, now, 2);
+    expect(h.revision).toBe('2');
+    const back = assignRevision(
+      h.history,
+      { templateHash: 'a', image: 'i:1', contractHash: 'c' },
+      now,
+      2,
+    );
+    expect(back).toMatchObject({ revision: '1', isNew: false });
+    h = assignRevision(h.history, { templateHash: 'c', image: 'i:3', contractHash: 'c' }, now, 2);
+    expect(h.history.map((e) => e.revision)).toEqual(['2', '3']);
+  });
+
+  it('the template hash follows the image and config; the contract hash ignores version order', () => {
+    expect(templateHash(jw(spec({ image: 'img:2' })))).not.toBe(templateHash(jw()));
+    expect(
+      templateHash(
+        jw(spec({ broker: { urlSecretRef: { name: 'r', key: 'url' }, queue: 'q', prefetch: 16 } })),
+      ),
+    ).not.toBe(templateHash(jw()));
+    expect(templateHash(jw())).toBe(templateHash(jw()));
+    expect(
+      contractHash(spec({ contract: { idempotencyKey: 'k:{id}', schemaVersions: [2, 3] } })),
+    ).toBe(contractHash(spec()));
+  });
+});
+
+describe('desired Deployment', () => {
+  it('merges podTemplate without letting user labels break the selector, and keeps the restricted defaults', () => {
+    const d = desiredDeployment(
+      jw(
+        spec({
+          podTemplate: {
+            labels: { 'jobfleet.dev/jobworker': 'evil', team: 'billing' },
+            env: [{ name: 'EXTRA', value: '1' }],
+            resources: { limits: { memory: '256Mi' } },
+          },
+        }),
+      ),
+      '4',
+      3,
+    ) as any;
+    expect(d.spec.replicas).toBe(3);
+    expect(d.spec.template.metadata.labels).toMatchObject({
+      'jobfleet.dev/jobworker': 'w',
+      team: 'billing',
+      'jobfleet.dev/revision': '4',
+    });
+    const c = d.spec.template.spec.containers[0];
+    expect(c.env.at(-1)).toEqual({ name: 'EXTRA', value: '1' });
+    expect(c.env.find((e: any) => e.name === 'JOBFLEET_SCHEMA_VERSIONS').value).toBe('3,2');
+    expect(c.resources).toEqual({ limits: { memory: '256Mi' } });
+    expect(c.securityContext.readOnlyRootFilesystem).toBe(true);
+    expect(d.spec.template.spec.automountServiceAccountToken).toBe(false);
+    expect(JSON.stringify(d)).not.toMatch(/amqp:|postgres:/); // credentials only by reference
+  });
+});
+
+describe('status', () => {
+  const base = {
+    generation: 3,
+    previous: undefined,
+    problems: [],
+    desiredReplicas: 2,
+    updateRevision: '1',
+    history: [],
+    now: new Date('2026-11-29T10:00:00Z'),
+  };
+  it('is Healthy with the revision current once every replica is updated and ready', () => {
+    const s = computeStatus({
+      ...base,
+      deployment: {
+        generation: 1,
+        observedGeneration: 1,
+        replicas: 2,
+        readyReplicas: 2,
+        updatedReplicas: 2,
+        availableReplicas: 2,
+      },
+    });
+    expect(s).toMatchObject({
+      phase: 'Healthy',
+      observedGeneration: 3,
+      currentRevision: '1',
+      readyReplicas: 2,
+    });
+  });
+
+  it('is Degraded, naming the problem, and identical when recomputed from itself (no write)', () => {
+    const s = computeStatus({
+      ...base,
+      problems: [{ reason: 'SecretMissing', message: 'Secret ns/r is missing.' }],
+      deployment: undefined,
+    });
+    expect(s.phase).toBe('Degraded');
+    expect(s.conditions?.find((c) => c.type === 'Degraded')).toMatchObject({
+      status: 'True',
+      reason: 'SecretMissing',
+      message: 'Secret ns/r is missing.',
+    });
+    const again = computeStatus({
+      ...base,
+      previous: s,
+      problems: [{ reason: 'SecretMissing', message: 'Secret ns/r is missing.' }],
+      deployment: undefined,
+      now: new Date('2026-11-29T12:00:00Z'),
+    });
+    expect(again).toEqual(s);
+  });
+});
+
+describe('isSubset', () => {
+  it.each([
+    [{ a: 1 }, { a: 1, b: 2 }, true],
+    [{ a: { b: [1, { c: 'x' }] } }, { a: { b: [1, { c: 'x', d: 0 }] }, z: 1 }, true],
+    [{ a: [1, 2] }, { a: [1, 2, 3] }, false],
+    [{ a: 1 }, { a: 2 }, false],
+    [{ a: 1 }, {}, false],
+    [{ port: 9464 }, { port: '9464' }, true],
+    [{ a: { b: 1 } }, { a: null }, false],
+  ])('%j ⊆ %j → %s', (d, l, r) => {
+    expect(isSubset(d, l)).toBe(r);
+  });
+});
