@@ -112,8 +112,12 @@ describe('JobWorker → worker Deployment', () => {
     await secrets();
     await operator();
     await kubectl('apply', '-f', path.join(repoRoot, 'examples/jobworker.yaml'));
-    const d = await eventually('the Deployment', () => getDeployment());
-    const jw = await getJw();
+    // The status is written last, after every child is applied.
+    const jw = await eventually('the first status', async () => {
+      const j = await getJw();
+      return j.status?.observedGeneration ? j : undefined;
+    });
+    const d = (await getDeployment())!;
 
     expect(d.metadata.ownerReferences).toEqual([
       {
