@@ -5,6 +5,7 @@
 //   JOBFLEET_WATCH_NAMESPACES     comma-separated; all namespaces when empty
 //   POD_NAMESPACE, POD_NAME       the leader Lease's namespace and this replica's identity
 //   JOBFLEET_LEASE_NAME           default jobfleet-operator
+//   JOBFLEET_LEASE_DURATION_SECONDS  default 15 (renew deadline 2/3 of it, retry every 2 s)
 //   JOBFLEET_OPERATOR_PORT        /healthz /readyz /metrics, default 8080
 //   LOG_LEVEL                     default info
 import os from 'node:os';

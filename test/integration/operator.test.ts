@@ -1,7 +1,7 @@
 // The JobWorker controller against the real kube-apiserver (with the
 // controller manager, scheduler and kwok from the test ground): what a user
 // sees after `kubectl apply -f examples/jobworker.yaml`.
-import { execFile } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -10,7 +10,7 @@ import { parse } from 'yaml';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import { startOperator, type Operator } from '../../src/operator.js';
-import { assetsDir, repoRoot } from '../ground/control-plane.js';
+import { assetsDir, freePort, repoRoot } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
 
@@ -327,17 +327,67 @@ describe('JobWorker → worker Deployment', () => {
 });
 
 describe('operator processes', () => {
-  it('a restart mid-reconcile converges without duplicate objects', async () => {
+  const procs: ChildProcess[] = [];
+  afterEach(() => {
+    for (const p of procs.splice(0)) if (p.exitCode === null) p.kill('SIGKILL');
+  });
+
+  /** The operator as users run it: `src/main.ts` in its own process, watching the test namespace. */
+  async function operatorProcess(identity: string): Promise<{ proc: ChildProcess; port: number }> {
+    const port = await freePort();
+    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+      cwd: repoRoot,
+      env: {
+        ...process.env,
+        KUBECONFIG: ns.kubeconfigPath,
+        JOBFLEET_WATCH_NAMESPACES: ns.namespace,
+        POD_NAMESPACE: ns.namespace,
+        POD_NAME: identity,
+        JOBFLEET_OPERATOR_PORT: String(port),
+        JOBFLEET_LEASE_DURATION_SECONDS: '4',
+        LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'silent',
+      },
+      stdio: 'inherit',
+    });
+    procs.push(proc);
+    await eventually(
+      `${identity} to serve /healthz`,
+      async () => ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok ? true : undefined),
+      30_000,
+    );
+    return { proc, port };
+  }
+
+  const scrape = async (port: number) => {
+    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    const sum = (name: string) =>
+      text
+        .split('\n')
+        .filter((l) => l.startsWith(name))
+        .reduce((s, l) => s + Number(l.split(' ').at(-1)), 0);
+    return {
+      writes: sum('jobfleet_api_writes_total'),
+      leader: sum('jobfleet_operator_leader'),
+      text,
+    };
+  };
+
+  it('a restart mid-reconcile (SIGKILL) converges without duplicate objects', async () => {
     await secrets();
-    const first = await operator();
+    const first = await operatorProcess('op-1');
     await Promise.all(['a', 'b', 'c', 'd', 'e'].map((n) => applyJobWorker(example.spec, `w-${n}`)));
-    await new Promise((r) => setTimeout(r, 200)); // let it get part of the way
-    await first.stop();
-    operators.splice(operators.indexOf(first), 1);
-    await operator('op-2');
+    await eventually('some progress', async () =>
+      (await client.list('apps/v1', 'Deployment', ns.namespace)).items.length > 0
+        ? true
+        : undefined,
+    );
+    first.proc.kill('SIGKILL');
+    await operatorProcess('op-2'); // takes over once the dead leader's lease expires
     for (const n of ['a', 'b', 'c', 'd', 'e']) {
-      await eventually(`w-${n} healthy`, async () =>
-        (await getJw(`w-${n}`)).status?.phase === 'Healthy' ? true : undefined,
+      await eventually(
+        `w-${n} healthy`,
+        async () => ((await getJw(`w-${n}`)).status?.phase === 'Healthy' ? true : undefined),
+        30_000,
       );
     }
     const deployments = await client.list('apps/v1', 'Deployment', ns.namespace);
@@ -352,38 +402,62 @@ describe('operator processes', () => {
     expect(replicaSets.items).toHaveLength(5);
   });
 
-  it('of two operators only the leader writes; the standby takes over when the leader stops; a steady state writes nothing', async () => {
+  it('of two operator processes only the leader writes; the standby takes over when the leader stops (SIGTERM releases the lease)', async () => {
     await secrets();
-    const a = await operator('op-a', 1000);
-    await eventually('a leader', () => Promise.resolve(a.isLeader() ? true : undefined));
-    const b = await operator('op-b', 1000);
+    const a = await operatorProcess('op-a');
+    await eventually('op-a to lead', async () =>
+      (await scrape(a.port)).leader === 1 ? true : undefined,
+    );
+    const b = await operatorProcess('op-b');
     await applyJobWorker(example.spec);
     await eventually('healthy', async () =>
       (await getJw()).status?.phase === 'Healthy' ? true : undefined,
     );
-    const writes = async (op: Operator) =>
-      ((await op.metrics.apiWrites.get()).values ?? []).reduce((s, v) => s + v.value, 0);
-    expect(b.isLeader()).toBe(false);
-    expect(await writes(b)).toBe(0);
-    const settled = await writes(a);
-    expect(settled).toBeGreaterThan(0);
+    const sa = await scrape(a.port);
+    const sb = await scrape(b.port);
+    expect(sa.writes).toBeGreaterThan(0);
+    expect(sb).toMatchObject({ writes: 0, leader: 0 });
+    expect(sa.text).toContain('jobfleet_reconcile_duration_seconds_count');
+    expect((await fetch(`http://127.0.0.1:${b.port}/readyz`)).status).toBe(200); // a standby is ready
 
-    // Several resyncs (every second here) of a converged JobWorker: no writes.
-    await new Promise((r) => setTimeout(r, 3500));
-    await a.idle();
-    expect(await writes(a)).toBe(settled);
-
-    await a.stop();
-    operators.splice(operators.indexOf(a), 1);
+    const t0 = Date.now();
+    a.proc.kill('SIGTERM');
+    await new Promise((r) => a.proc.once('exit', r));
     await eventually(
       'op-b to lead',
-      () => Promise.resolve(b.isLeader() ? true : undefined),
+      async () => ((await scrape(b.port)).leader === 1 ? true : undefined),
       20_000,
     );
+    // Released, not expired: well under the 4 s lease duration plus a retry period.
+    expect(Date.now() - t0).toBeLessThan(4000);
     await applyJobWorker(example.spec, 'second');
     await eventually('op-b reconciles', async () =>
       (await getJw('second')).status?.phase === 'Healthy' ? true : undefined,
     );
-    expect(await writes(b)).toBeGreaterThan(0);
+    expect((await scrape(b.port)).writes).toBeGreaterThan(0);
+  });
+
+  it('a steady state makes no API writes across resyncs', async () => {
+    await secrets();
+    const op = await operator('op-steady', 500);
+    await applyJobWorker(example.spec);
+    await eventually('healthy', async () =>
+      (await getJw()).status?.phase === 'Healthy' ? true : undefined,
+    );
+    await eventually('settled', async () => {
+      await op.idle();
+      const rv = (await getJw()).metadata.resourceVersion;
+      await new Promise((r) => setTimeout(r, 700));
+      await op.idle();
+      return (await getJw()).metadata.resourceVersion === rv ? true : undefined;
+    });
+    const writes = async () =>
+      ((await op.metrics.apiWrites.get()).values ?? []).reduce((s, v) => s + v.value, 0);
+    const before = await writes();
+    const rv = (await getJw()).metadata.resourceVersion;
+    await new Promise((r) => setTimeout(r, 3000)); // six resyncs of every key
+    await op.idle();
+    expect(await writes()).toBe(before);
+    expect((await getJw()).metadata.resourceVersion).toBe(rv);
   });
 });
