@@ -7,6 +7,7 @@
 //   JOBFLEET_LEASE_NAME           default jobfleet-operator
 //   JOBFLEET_LEASE_DURATION_SECONDS  default 15 (renew deadline 2/3 of it, retry every 2 s)
 //   JOBFLEET_OPERATOR_PORT        /healthz /readyz /metrics, default 8080
+//   JOBFLEET_RESYNC_SECONDS       every JobWorker is reconciled at least this often, default 300
 //   LOG_LEVEL                     default info
 import os from 'node:os';
 import pino from 'pino';
@@ -27,6 +28,7 @@ const operator = await startOperator({
     name: env.JOBFLEET_LEASE_NAME ?? 'jobfleet-operator',
   },
   port: Number(env.JOBFLEET_OPERATOR_PORT ?? 8080),
+  resyncMs: Number(env.JOBFLEET_RESYNC_SECONDS ?? 300) * 1000,
   log,
 });
 
