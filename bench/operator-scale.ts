@@ -36,7 +36,11 @@ async function writes(port: number): Promise<number> {
     .reduce((s, l) => s + Number(l.split(' ').at(-1)), 0);
 }
 
-export async function runOperatorBench(opts: { count: number; steadySeconds: number; resyncSeconds: number }): Promise<OperatorBench> {
+export async function runOperatorBench(opts: {
+  count: number;
+  steadySeconds: number;
+  resyncSeconds: number;
+}): Promise<OperatorBench> {
   const plane = await startControlPlane({ beforeControllers: installCrds });
   const client = KubeClient.fromFile(plane.kubeconfigPath);
   const namespace = 'bench';
@@ -45,7 +49,12 @@ export async function runOperatorBench(opts: { count: number; steadySeconds: num
   try {
     await client.create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } });
     for (const name of ['rabbitmq', 'claims-db']) {
-      await client.create({ apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace }, stringData: { url: 'amqp://x' } });
+      await client.create({
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name, namespace },
+        stringData: { url: 'amqp://x' },
+      });
     }
     operator = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
       cwd: repoRoot,
@@ -61,22 +70,42 @@ export async function runOperatorBench(opts: { count: number; steadySeconds: num
       stdio: ['ignore', 'ignore', 'inherit'],
     });
     for (;;) {
-      if (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false)) break;
+      if (
+        await fetch(`http://127.0.0.1:${port}/readyz`).then(
+          (r) => r.ok,
+          () => false,
+        )
+      )
+        break;
       await sleep(200);
     }
-    const example = parse(readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8')) as { spec: unknown };
+    const example = parse(readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8')) as {
+      spec: unknown;
+    };
     const t0 = performance.now();
     const names = Array.from({ length: opts.count }, (_, i) => `w-${String(i).padStart(4, '0')}`);
     for (let i = 0; i < names.length; i += 50) {
       await Promise.all(
-        names.slice(i, i + 50).map((name) =>
-          client.create({ apiVersion: 'jobfleet.dev/v1alpha1', kind: 'JobWorker', metadata: { name, namespace }, spec: example.spec }),
-        ),
+        names
+          .slice(i, i + 50)
+          .map((name) =>
+            client.create({
+              apiVersion: 'jobfleet.dev/v1alpha1',
+              kind: 'JobWorker',
+              metadata: { name, namespace },
+              spec: example.spec,
+            }),
+          ),
       );
     }
     for (;;) {
-      const list = await client.list<KubeObject & { status?: { phase?: string; observedGeneration?: number } }>('jobfleet.dev/v1alpha1', 'JobWorker', namespace);
-      const healthy = list.items.filter((j) => j.status?.phase === 'Healthy' && j.status.observedGeneration === j.metadata.generation).length;
+      const list = await client.list<
+        KubeObject & { status?: { phase?: string; observedGeneration?: number } }
+      >('jobfleet.dev/v1alpha1', 'JobWorker', namespace);
+      const healthy = list.items.filter(
+        (j) =>
+          j.status?.phase === 'Healthy' && j.status.observedGeneration === j.metadata.generation,
+      ).length;
       if (healthy === opts.count) break;
       await sleep(1000);
     }

@@ -82,7 +82,11 @@ loop tick), which trades a tick of latency for far fewer commits per job.
 }
 if (!only || only === 'operator') {
   const quick = process.argv.includes('--quick');
-  const r = await runOperatorBench({ count: quick ? 100 : 1000, steadySeconds: quick ? 30 : 300, resyncSeconds: 60 });
+  const r = await runOperatorBench({
+    count: quick ? 100 : 1000,
+    steadySeconds: quick ? 30 : 300,
+    resyncSeconds: 60,
+  });
   console.error(r);
   writeSection(
     'operator',
