@@ -86,16 +86,14 @@ export async function runOperatorBench(opts: {
     const names = Array.from({ length: opts.count }, (_, i) => `w-${String(i).padStart(4, '0')}`);
     for (let i = 0; i < names.length; i += 50) {
       await Promise.all(
-        names
-          .slice(i, i + 50)
-          .map((name) =>
-            client.create({
-              apiVersion: 'jobfleet.dev/v1alpha1',
-              kind: 'JobWorker',
-              metadata: { name, namespace },
-              spec: example.spec,
-            }),
-          ),
+        names.slice(i, i + 50).map((name) =>
+          client.create({
+            apiVersion: 'jobfleet.dev/v1alpha1',
+            kind: 'JobWorker',
+            metadata: { name, namespace },
+            spec: example.spec,
+          }),
+        ),
       );
     }
     for (;;) {

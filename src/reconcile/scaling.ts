@@ -1,0 +1,190 @@
+// The scaling decision, pure: desired replicas from the age of the oldest
+// waiting message, capped by downstream capacity (with AIMD on throttling),
+// bounded by min/max, scaled down only after the stabilization window.
+// docs/scaling.md explains the formula; the simulator in bench/ replays
+// traces through this same function.
+
+export interface ScalingSpec {
+  minReplicas: number;
+  maxReplicas: number;
+  targetOldestAgeSeconds: number;
+  scaleDownStabilizationSeconds: number;
+  prefetch: number;
+  /** fleet-wide in-flight budget of the dependency */
+  maxConcurrency?: number;
+}
+
+export type Signals =
+  | {
+      ok: true;
+      /** age of the oldest waiting message (0 when the queue is empty) */
+      oldestAgeSeconds: number;
+      /** messages ready in the queue */
+      depth: number;
+      /** messages delivered but not yet acked */
+      unacked?: number;
+      /** messages/s arriving */
+      arrivalRate: number;
+      /** messages/s the fleet completes now */
+      completionRate: number;
+      /** throttled responses/s from the dependency (Prometheus); undefined when not measured */
+      throttleRate?: number;
+    }
+  | { ok: false; missing: string };
+
+export interface ScalingState {
+  /** (time, recommendation) within the stabilization window */
+  recommendations: Array<{ at: number; replicas: number }>;
+  /** per-replica throughput estimate (msg/s), learnt while the fleet is busy */
+  perReplicaRate?: number;
+  /** the AIMD cap from throttling; undefined = the static downstream cap */
+  throttleCap?: number;
+  lastCapChangeAt?: number;
+}
+
+export type LimitedBy =
+  'age' | 'downstream' | 'maxReplicas' | 'minReplicas' | 'stabilization' | 'signalMissing';
+
+export interface ScalingDecision {
+  desired: number;
+  limitedBy: LimitedBy;
+  message: string;
+  state: ScalingState;
+  /** the uncapped need, for metrics and the simulator */
+  need: number;
+}
+
+/** Headroom over the computed need: rates are noisy, and under-provisioning costs age. */
+const HEADROOM = 1.1;
+/** How often AIMD may move the cap (s): one step per observation period, not per reconcile. */
+const AIMD_PERIOD_S = 30;
+/** Throttled responses per second that count as "the dependency is pushing back". */
+const THROTTLE_THRESHOLD = 0.05;
+
+export function staticDownstreamCap(spec: ScalingSpec): number | undefined {
+  return spec.maxConcurrency === undefined
+    ? undefined
+    : Math.max(1, Math.floor(spec.maxConcurrency / spec.prefetch));
+}
+
+/**
+ * Replicas needed: enough throughput μ to keep up with arrivals (μ ≥ λ) and
+ * to serve the newest message of the current backlog before it reaches the
+ * objective (μ ≥ B / h). FIFO means every older message is served sooner, so
+ * these two bounds suffice. h is the objective T, or T/2 once the oldest
+ * message is already past it (catch up faster when late).
+ */
+export function replicasNeeded(
+  s: Extract<Signals, { ok: true }>,
+  spec: ScalingSpec,
+  perReplicaRate: number | undefined,
+  current: number,
+): number {
+  const backlog = s.depth + (s.unacked ?? 0);
+  if (backlog === 0 && s.arrivalRate === 0) return 0;
+  const T = spec.targetOldestAgeSeconds;
+  const horizon = s.oldestAgeSeconds > T ? T / 2 : T;
+  const throughput = Math.max(s.arrivalRate, s.depth / horizon) * HEADROOM;
+  // (the epsilon keeps float noise such as 110.00000000000001 from adding a replica)
+  if (perReplicaRate && perReplicaRate > 0)
+    return Math.max(1, Math.ceil(throughput / perReplicaRate - 1e-9));
+  // No throughput measured yet: move proportionally to how far age is from the objective.
+  if (current === 0) return 1;
+  if (s.oldestAgeSeconds > T) return Math.ceil(current * Math.min(4, s.oldestAgeSeconds / T));
+  return current;
+}
+
+export function decideReplicas(
+  spec: ScalingSpec,
+  current: number,
+  signals: Signals,
+  prev: ScalingState,
+  nowMs: number,
+): ScalingDecision {
+  const window = spec.scaleDownStabilizationSeconds * 1000;
+  if (!signals.ok) {
+    return {
+      desired: current,
+      limitedBy: 'signalMissing',
+      message: `Holding ${current} replicas: ${signals.missing}.`,
+      state: prev,
+      need: current,
+    };
+  }
+  // With no history (a new JobWorker, or an operator restart), what runs now
+  // counts as a recommendation: nothing scales down before a full window.
+  const history = prev.recommendations.length
+    ? prev.recommendations
+    : [{ at: nowMs, replicas: current }];
+  const state: ScalingState = {
+    ...prev,
+    recommendations: history.filter((r) => nowMs - r.at <= window),
+  };
+
+  // Learn per-replica throughput only while the fleet is saturated (a backlog
+  // is waiting); otherwise completions just mirror arrivals.
+  if (current > 0 && signals.depth > 0 && signals.completionRate > 0) {
+    const sample = signals.completionRate / current;
+    state.perReplicaRate =
+      state.perReplicaRate === undefined ? sample : 0.7 * state.perReplicaRate + 0.3 * sample;
+  }
+
+  // AIMD on the downstream cap: halve while the dependency throttles, +1 per quiet period.
+  const staticCap = staticDownstreamCap(spec);
+  if (signals.throttleRate !== undefined && staticCap !== undefined) {
+    const canMove =
+      state.lastCapChangeAt === undefined || nowMs - state.lastCapChangeAt >= AIMD_PERIOD_S * 1000;
+    const cap = state.throttleCap ?? staticCap;
+    if (signals.throttleRate > THROTTLE_THRESHOLD && canMove) {
+      state.throttleCap = Math.max(1, Math.floor(Math.min(cap, Math.max(current, 1)) / 2));
+      state.lastCapChangeAt = nowMs;
+    } else if (
+      signals.throttleRate <= THROTTLE_THRESHOLD &&
+      state.throttleCap !== undefined &&
+      canMove
+    ) {
+      state.throttleCap = cap + 1 >= staticCap ? undefined : cap + 1;
+      state.lastCapChangeAt = nowMs;
+    }
+  }
+  const downstreamCap = state.throttleCap ?? staticCap;
+
+  const need = replicasNeeded(signals, spec, state.perReplicaRate, current);
+  // The recommendation (the need within min/max) is what the window remembers…
+  const recommendation = Math.min(spec.maxReplicas, Math.max(spec.minReplicas, need));
+  state.recommendations = [...state.recommendations, { at: nowMs, replicas: recommendation }];
+  let desired = recommendation;
+  let limitedBy: LimitedBy =
+    need > spec.maxReplicas ? 'maxReplicas' : need < spec.minReplicas ? 'minReplicas' : 'age';
+  // …so that it goes up at once but down only to the highest recommendation of the window.
+  if (desired < current) {
+    const highest = Math.max(...state.recommendations.map((r) => r.replicas));
+    if (highest > desired) {
+      desired = Math.min(current, highest);
+      limitedBy = 'stabilization';
+    }
+  }
+  // The downstream cap applies at once, window or not: its point is to relieve a dependency now.
+  if (downstreamCap !== undefined && desired > downstreamCap && downstreamCap >= spec.minReplicas) {
+    desired = downstreamCap;
+    limitedBy = 'downstream';
+  }
+
+  const age = `oldest message ${Math.round(signals.oldestAgeSeconds)} s ${signals.oldestAgeSeconds > spec.targetOldestAgeSeconds ? '>' : '≤'} ${spec.targetOldestAgeSeconds} s objective`;
+  const messages: Record<LimitedBy, string> = {
+    age: `${desired} replicas keep the ${age} (${signals.depth} waiting, ${fmt(signals.arrivalRate)}/s arriving).`,
+    downstream:
+      state.throttleCap !== undefined
+        ? `Capped at ${desired} replicas: the dependency is throttling (${fmt(signals.throttleRate ?? 0)}/s), so the cap was lowered from ${staticCap}; ${age}.`
+        : `Capped by downstream capacity ${spec.maxConcurrency} / prefetch ${spec.prefetch} = ${desired} replicas; ${age}.`,
+    maxReplicas: `Capped at maxReplicas ${spec.maxReplicas} (${need} wanted); ${age}. Raise spec.scaling.maxReplicas if the dependency allows.`,
+    minReplicas: `Held at minReplicas ${spec.minReplicas}; ${age}.`,
+    stabilization: `Holding ${desired} replicas for the ${spec.scaleDownStabilizationSeconds} s scale-down window (${recommendation} would do now); ${age}.`,
+    signalMissing: '',
+  };
+  return { desired, limitedBy, message: messages[limitedBy], state, need };
+}
+
+function fmt(n: number): string {
+  return n >= 10 ? String(Math.round(n)) : n.toFixed(1);
+}
