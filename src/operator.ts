@@ -29,6 +29,10 @@ export interface OperatorOptions {
   port?: number;
   concurrency?: number;
   resyncMs?: number;
+  /** how often queue signals are read while scaling on age (default 10 s) */
+  pollMs?: number;
+  /** how long a read Secret is reused (default 30 s) */
+  secretTtlMs?: number;
   log?: Logger;
 }
 
@@ -45,11 +49,22 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const log = o.log ?? pino({ level: process.env.LOG_LEVEL ?? 'info' });
   const metrics = operatorMetrics();
   const events = new EventRecorder(o.client, 'jobfleet-operator', log);
-  const reconciler = new JobWorkerReconciler({ client: o.client, events, metrics, log });
   const namespaces = o.namespaces?.length ? o.namespaces : [undefined];
-
   let queue: WorkQueue | undefined;
   let informers: Informer[] = [];
+  const caches = new Map<string, Informer>(); // `${kind}/${namespace ?? ''}` → its informer
+  const reconciler = new JobWorkerReconciler({
+    client: o.client,
+    events,
+    metrics,
+    log,
+    pollMs: o.pollMs,
+    secretTtlMs: o.secretTtlMs,
+    cache: (kind, namespace, name) =>
+      (caches.get(`${kind}/${namespace}`) ?? caches.get(`${kind}/`))?.cache.get(
+        `${namespace}/${name}`,
+      ),
+  });
   let synced = false;
 
   const startControllers = () => {
@@ -89,10 +104,16 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
         },
       }),
     ]);
-    q.start((key) => reconciler.reconcile(key));
+    caches.clear();
+    namespaces.forEach((namespace, i) => {
+      caches.set(`JobWorker/${namespace ?? ''}`, informers[2 * i] as Informer);
+      caches.set(`Deployment/${namespace ?? ''}`, informers[2 * i + 1] as Informer);
+    });
+    // Reconcile only once every cache is filled: a key read from a half-filled cache looks deleted.
     void Promise.all(informers.map((i) => i.start())).then(
       () => {
         synced = true;
+        q.start((key) => reconciler.reconcile(key));
       },
       (err: Error) => log.error({ err: err.message }, 'initial list failed'),
     );

@@ -26,7 +26,25 @@ import {
 import { assignRevision } from '../reconcile/revisions.js';
 import { computeStatus, type DeploymentObservation } from '../reconcile/status.js';
 import { isSubset } from '../reconcile/subset.js';
+import {
+  decideReplicas,
+  type LimitedBy,
+  type ScalingSpec,
+  type ScalingState,
+  type Signals,
+} from '../reconcile/scaling.js';
+import {
+  fetchQueueStats,
+  ManagementApiError,
+  queueAge,
+  vhostOf,
+  type AgeMemory,
+  type QueueAge,
+} from '../signals/rabbitmq.js';
 import type { ProcessResult } from './workqueue.js';
+
+/** How long a verified child without a watch is trusted before it is read again (drift repair). */
+const VERIFY_EVERY_MS = 5 * 60_000;
 
 /** A problem a person must fix; reported in status and retried with backoff. */
 export class NeedsAttention extends Error {
@@ -44,20 +62,56 @@ export interface ReconcilerDeps {
   metrics: OperatorMetrics;
   log: Logger;
   now?: () => Date;
+  /** how often a JobWorker's queue is read while scaling on its age */
+  pollMs?: number;
+  /**
+   * Reads from the informers' caches (kept current by watches) instead of
+   * GETs: at a thousand JobWorkers, a GET per object per reconcile is most of
+   * the apiserver's load.
+   */
+  cache?: (
+    kind: 'JobWorker' | 'Deployment',
+    namespace: string,
+    name: string,
+  ) => KubeObject | undefined;
+  /** how long a read Secret is reused (default 30 s): a rotated credential is seen within this */
+  secretTtlMs?: number;
+}
+
+export interface ScalingOutcome {
+  desired: number;
+  limitedBy: LimitedBy;
+  message: string;
+  signalOk: boolean;
+  oldestAgeSeconds?: number;
+  queueDepth?: number;
+  ageSource?: 'HeadTimestamp' | 'Estimated';
+  polling: boolean;
 }
 
 export class JobWorkerReconciler {
   /** object key → resourceVersion we last applied or verified, per desired hash */
-  private readonly verified = new Map<string, { hash: string; rv: string }>();
+  private readonly verified = new Map<string, { hash: string; rv: string; at: number }>();
+  /** per JobWorker: the scaler's window and AIMD cap, and the queue-age estimate's memory */
+  private readonly scaling = new Map<string, { scaling: ScalingState; age: AgeMemory }>();
   private readonly now: () => Date;
+  private readonly pollMs: number;
+  /** Secrets are not watched (they are not ours to list): read at most every 30 s per Secret. Values never leave memory. */
+  private readonly secretCache = new Map<
+    string,
+    { at: number; secret: (KubeObject & { data?: Record<string, string> }) | undefined }
+  >();
 
   constructor(private readonly d: ReconcilerDeps) {
     this.now = d.now ?? (() => new Date());
+    this.pollMs = d.pollMs ?? 10_000;
   }
 
   async reconcile(key: string): Promise<ProcessResult> {
     const [namespace, name] = key.split('/') as [string, string];
-    const raw = await this.d.client.find<KubeObject>(API_VERSION, KIND, namespace, name);
+    const raw = this.d.cache
+      ? this.d.cache('JobWorker', namespace, name)
+      : await this.d.client.find<KubeObject>(API_VERSION, KIND, namespace, name);
     // Deleted: the children go by garbage collection (ownerReferences); nothing
     // outside the cluster needs cleaning, so there is no finalizer.
     if (!raw || raw.metadata.deletionTimestamp) {
@@ -90,18 +144,29 @@ export class JobWorkerReconciler {
         reason: 'InvalidSpec',
         message: `The spec is invalid: ${parsed.problems.join('; ')}.`,
       });
-    } else {
-      problems.push(...(await this.secretProblems(namespace, parsed.spec)));
     }
-    let deployment = await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, name);
+    const secrets = parsed.ok
+      ? await this.readSecrets(namespace, parsed.spec)
+      : { problems: [], values: new Map<string, string>() };
+    problems.push(...secrets.problems);
+    let deployment = this.d.cache
+      ? this.d.cache('Deployment', namespace, name)
+      : await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, name);
 
     // --- desired + apply ---------------------------------------------------
     let history = previous?.history ?? [];
     let updateRevision = previous?.updateRevision;
     const spec = parsed.ok ? parsed.spec : undefined;
-    const desiredReplicas = spec
-      ? this.desiredReplicas(spec, previous)
-      : (previous?.desiredReplicas ?? 0);
+    const current = Number(
+      (deployment?.spec as { replicas?: number } | undefined)?.replicas ??
+        previous?.desiredReplicas ??
+        0,
+    );
+    const scaling =
+      spec && problems.length === 0
+        ? await this.scale(`${namespace}/${name}`, spec, current, secrets.values)
+        : undefined;
+    const desiredReplicas = scaling?.desired ?? current;
 
     if (spec && problems.length === 0) {
       const jw = { ...raw, spec } as unknown as JobWorker;
@@ -140,6 +205,14 @@ export class JobWorkerReconciler {
           `Rolling to revision ${assigned.revision} (${spec.image}).`,
         );
       this.d.metrics.desiredReplicas.set({ namespace, jobworker: name }, desiredReplicas);
+      if (deployment && !created && scaling && desiredReplicas !== current) {
+        await this.d.events.emit(
+          target,
+          'Normal',
+          desiredReplicas > current ? 'ScaledUp' : 'ScaledDown',
+          `Scaled from ${current} to ${desiredReplicas} replicas. ${scaling.message}`,
+        );
+      }
     } else if (problems.length) {
       // Hold what runs: a broken spec or a missing Secret must not take down the fleet.
       await this.d.events.emit(
@@ -160,6 +233,7 @@ export class JobWorkerReconciler {
       updateRevision,
       history,
       now,
+      scaling,
     });
     if (!isDeepStrictEqual(normalize(status), normalize(previous ?? {}))) {
       await this.write(
@@ -168,47 +242,128 @@ export class JobWorkerReconciler {
       );
     }
     if (problems.length) throw new NeedsAttention(problems.map((p) => p.message).join(' '));
-    // While a rollout is under way, look again soon (Deployment events also wake us).
-    return status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'True')
-      ? { requeueAfterMs: 5000 }
-      : {};
+    // Deployment changes wake us through its watch; queue age has no watch, so poll it.
+    if (status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'True'))
+      return { requeueAfterMs: Math.min(5000, this.pollMs) };
+    return scaling?.polling ? { requeueAfterMs: this.pollMs } : {};
   }
 
-  /** For now, the replica count holds between the bounds; the autoscaler (scaling issue) moves it. */
-  private desiredReplicas(spec: JobWorkerSpec, previous: JobWorkerStatus | undefined): number {
-    const current = previous?.desiredReplicas ?? spec.scaling.minReplicas;
-    return Math.min(spec.scaling.maxReplicas, Math.max(spec.scaling.minReplicas, current));
+  /** Desired replicas from the queue's signals, through the pure decision in src/reconcile/scaling.ts. */
+  private async scale(
+    key: string,
+    spec: JobWorkerSpec,
+    current: number,
+    secrets: Map<string, string>,
+  ): Promise<ScalingOutcome> {
+    const sc = spec.scaling;
+    const scalingSpec: ScalingSpec = {
+      ...sc,
+      prefetch: spec.broker.prefetch,
+      maxConcurrency: sc.downstream?.maxConcurrency,
+    };
+    const memory = this.scaling.get(key) ?? { scaling: { recommendations: [] }, age: {} };
+    const nowMs = this.now().getTime();
+    const mgmtUrl = secrets.get('spec.broker.managementUrlSecretRef');
+    const amqpUrl = secrets.get('spec.broker.urlSecretRef');
+    let signals: Signals;
+    let age: QueueAge | undefined;
+    if (!mgmtUrl || !amqpUrl) {
+      signals = {
+        ok: false,
+        missing:
+          'no queue-age signal: set spec.broker.managementUrlSecretRef to the RabbitMQ management API',
+      };
+    } else {
+      try {
+        const stats = await fetchQueueStats(mgmtUrl, vhostOf(amqpUrl), spec.broker.queue);
+        const r = queueAge(stats, nowMs, memory.age);
+        memory.age = r.memory;
+        age = r.age;
+        signals = age.signals;
+      } catch (err) {
+        signals = {
+          ok: false,
+          missing:
+            err instanceof ManagementApiError
+              ? err.message
+              : `queue signal failed: ${(err as Error).message}`,
+        };
+      }
+    }
+    // A new fleet starts at minReplicas; an unreadable signal never moves it.
+    const base = current === 0 && !this.scaling.has(key) ? sc.minReplicas : current;
+    const d = decideReplicas(scalingSpec, base, signals, memory.scaling, nowMs);
+    memory.scaling = d.state;
+    this.scaling.set(key, memory);
+    const desired = signals.ok
+      ? d.desired
+      : Math.min(sc.maxReplicas, Math.max(sc.minReplicas, base));
+    if (age) {
+      const [namespace, jobworker] = key.split('/') as [string, string];
+      this.d.metrics.oldestAge.set({ namespace, jobworker }, age.signals.oldestAgeSeconds);
+      this.d.metrics.queueDepth.set({ namespace, jobworker }, age.signals.depth);
+    }
+    return {
+      desired,
+      limitedBy: d.limitedBy,
+      message: d.message,
+      signalOk: signals.ok,
+      oldestAgeSeconds: age?.signals.oldestAgeSeconds,
+      queueDepth: age?.signals.depth,
+      ageSource: age?.ageSource,
+      polling: !!mgmtUrl,
+    };
   }
 
-  private async secretProblems(namespace: string, spec: JobWorkerSpec): Promise<Problem[]> {
+  private async secret(namespace: string, name: string) {
+    const k = `${namespace}/${name}`;
+    const hit = this.secretCache.get(k);
+    const now = this.now().getTime();
+    if (hit && now - hit.at < (this.d.secretTtlMs ?? 30_000)) return hit.secret;
+    const secret = await this.d.client.find<KubeObject & { data?: Record<string, string> }>(
+      'v1',
+      'Secret',
+      namespace,
+      name,
+    );
+    if (this.secretCache.size > 10_000) this.secretCache.clear();
+    // Only found Secrets are remembered: a missing one is looked for again on every retry.
+    if (secret) this.secretCache.set(k, { at: now, secret });
+    else this.secretCache.delete(k);
+    return secret;
+  }
+
+  /** Reads the Secrets the spec names; problems name the Secret and key, never a value. */
+  private async readSecrets(
+    namespace: string,
+    spec: JobWorkerSpec,
+  ): Promise<{ problems: Problem[]; values: Map<string, string> }> {
     const refs: Array<[string, { name: string; key: string } | undefined]> = [
       ['spec.broker.urlSecretRef', spec.broker.urlSecretRef],
       ['spec.broker.managementUrlSecretRef', spec.broker.managementUrlSecretRef],
       ['spec.claims.urlSecretRef', spec.claims.urlSecretRef],
     ];
     const problems: Problem[] = [];
+    const values = new Map<string, string>();
     for (const [field, ref] of refs) {
       if (!ref) continue;
-      const secret = await this.d.client.find<KubeObject & { data?: Record<string, string> }>(
-        'v1',
-        'Secret',
-        namespace,
-        ref.name,
-      );
+      const secret = await this.secret(namespace, ref.name);
+      const encoded = secret?.data?.[ref.key];
       if (!secret) {
         problems.push({
           reason: 'SecretMissing',
           message: `Secret ${namespace}/${ref.name} named by ${field} does not exist: create it, or fix ${field}.name.`,
         });
-      } else if (!secret.data?.[ref.key]) {
-        // Never the values: only whether the key is there.
+      } else if (!encoded) {
         problems.push({
           reason: 'SecretKeyMissing',
           message: `Secret ${namespace}/${ref.name} has no key "${ref.key}" (${field}.key): add it, or fix ${field}.key.`,
         });
+      } else {
+        values.set(field, Buffer.from(encoded, 'base64').toString('utf8').trim());
       }
     }
-    return problems;
+    return { problems, values };
   }
 
   /**
@@ -218,6 +373,11 @@ export class JobWorkerReconciler {
   private async ensure(desired: KubeObject, live?: KubeObject): Promise<KubeObject | undefined> {
     const k = `${desired.kind}/${desired.metadata.namespace}/${desired.metadata.name}`;
     const h = JSON.stringify(desired);
+    const known = this.verified.get(k);
+    const now = this.now().getTime();
+    // Children without a watch (Service, PDB): trust a recent verification of
+    // the same desired object instead of a GET per reconcile.
+    if (!live && known?.hash === h && now - known.at < VERIFY_EVERY_MS) return undefined;
     const current =
       live ??
       (await this.d.client.find<KubeObject>(
@@ -226,15 +386,14 @@ export class JobWorkerReconciler {
         desired.metadata.namespace,
         desired.metadata.name,
       ));
-    const known = this.verified.get(k);
-    if (current && known && known.hash === h && known.rv === current.metadata.resourceVersion)
+    if (current && known?.hash === h && known.rv === current.metadata.resourceVersion)
       return undefined;
     if (current && isSubset(desired, current)) {
-      this.verified.set(k, { hash: h, rv: current.metadata.resourceVersion ?? '' });
+      this.verified.set(k, { hash: h, rv: current.metadata.resourceVersion ?? '', at: now });
       return undefined;
     }
     const applied = await this.write(desired);
-    this.verified.set(k, { hash: h, rv: applied.metadata.resourceVersion ?? '' });
+    this.verified.set(k, { hash: h, rv: applied.metadata.resourceVersion ?? '', at: now });
     return applied;
   }
 
@@ -256,6 +415,7 @@ export class JobWorkerReconciler {
   }
 
   private forget(namespace: string, name: string): void {
+    this.scaling.delete(`${namespace}/${name}`);
     for (const k of [...this.verified.keys()])
       if (k.endsWith(`/${namespace}/${name}`) || k.endsWith(`/${namespace}/${name}-metrics`))
         this.verified.delete(k);

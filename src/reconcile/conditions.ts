@@ -9,6 +9,7 @@ export const CONDITION_TYPES = [
   'Degraded',
   'RolloutBlocked',
   'Draining',
+  'ScalingActive',
 ] as const;
 export type ConditionType = (typeof CONDITION_TYPES)[number];
 

@@ -23,6 +23,21 @@ export interface StatusInput {
   updateRevision: string | undefined;
   history: HistoryEntry[];
   now: Date;
+  scaling?: {
+    limitedBy: NonNullable<JobWorkerStatus['scaling']>['limitedBy'];
+    message: string;
+    signalOk: boolean;
+    oldestAgeSeconds?: number;
+    queueDepth?: number;
+    ageSource?: 'HeadTimestamp' | 'Estimated';
+  };
+}
+
+/** Two significant figures: status tracks age without a write for every second that passes. */
+export function coarse(n: number): number {
+  if (n < 100) return Math.round(n);
+  const p = 10 ** (Math.floor(Math.log10(n)) - 1);
+  return Math.round(n / p) * p;
 }
 
 export function computeStatus(i: StatusInput): JobWorkerStatus {
@@ -100,6 +115,24 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     });
   }
 
+  if (i.scaling) {
+    set(
+      i.scaling.signalOk
+        ? {
+            type: 'ScalingActive',
+            status: 'True',
+            reason: 'QueueAgeRead',
+            message: 'Replicas follow the age of the oldest waiting message.',
+          }
+        : {
+            type: 'ScalingActive',
+            status: 'False',
+            reason: 'SignalMissing',
+            message: i.scaling.message,
+          },
+    );
+  }
+
   if (!conditions.some((c) => c.type === 'RolloutBlocked')) {
     set({
       type: 'RolloutBlocked',
@@ -128,6 +161,13 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     history: i.history,
     conditions,
   };
+  if (i.scaling) {
+    status.scaling = { limitedBy: i.scaling.limitedBy, message: i.scaling.message };
+    if (i.scaling.oldestAgeSeconds !== undefined)
+      status.oldestMessageAgeSeconds = coarse(i.scaling.oldestAgeSeconds);
+    if (i.scaling.queueDepth !== undefined) status.queueDepth = coarse(i.scaling.queueDepth);
+    if (i.scaling.ageSource) status.ageSource = i.scaling.ageSource;
+  }
   status.phase = phaseOf(conditions);
   return dropUndefined(status);
 }

@@ -305,8 +305,8 @@ export const fakeNode = {
     },
   },
   status: {
-    allocatable: { cpu: '64', memory: '256Gi', pods: '500' },
-    capacity: { cpu: '64', memory: '256Gi', pods: '500' },
+    allocatable: { cpu: '1000', memory: '4Ti', pods: '10000' },
+    capacity: { cpu: '1000', memory: '4Ti', pods: '10000' },
   },
 };
 

@@ -1,0 +1,245 @@
+// Scaling on queue age with the real RabbitMQ management API, the real
+// apiserver and the operator: a backlog raises the Deployment's replicas up
+// to the downstream cap, a drained queue lowers them after the window, and an
+// unreadable signal holds them.
+import amqp from 'amqplib';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { KubeClient, type KubeObject } from '../../src/kube/client.js';
+import { startOperator, type Operator } from '../../src/operator.js';
+import { publish } from '../../worker/index.js';
+import { eventually } from '../ground/eventually.js';
+import { useKube, useRabbit, type RabbitVhost } from '../ground/index.js';
+
+let ns: Awaited<ReturnType<typeof useKube>>;
+let rabbit: RabbitVhost;
+let client: KubeClient;
+let op: Operator | undefined;
+
+beforeEach(async () => {
+  [ns, rabbit] = await Promise.all([useKube(), useRabbit()]);
+  client = new KubeClient(ns.kc);
+  op = await startOperator({
+    client,
+    namespaces: [ns.namespace],
+    identity: 'scaling-test',
+    lease: { namespace: ns.namespace, name: 'jobfleet-operator' },
+    port: 0,
+    pollMs: 1000,
+    secretTtlMs: 500,
+    log: pino({ level: process.env.JOBFLEET_TEST_LOG ?? 'silent' }),
+  });
+});
+afterEach(async () => {
+  await op?.stop();
+  await Promise.all([ns?.cleanup(), rabbit?.cleanup()]);
+});
+
+async function secrets(mgmtUrl = rabbit.mgmtUrl): Promise<void> {
+  await client.apply(
+    {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'rabbitmq', namespace: ns.namespace },
+      stringData: { url: rabbit.amqpUrl, 'management-url': mgmtUrl },
+    },
+    'test',
+  );
+  await client.apply(
+    {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'claims-db', namespace: ns.namespace },
+      stringData: { url: 'postgres://x@db/claims' },
+    },
+    'test',
+  );
+}
+
+function jobWorker(queue: string, scaling: Record<string, unknown>) {
+  return client.apply(
+    {
+      apiVersion: 'jobfleet.dev/v1alpha1',
+      kind: 'JobWorker',
+      metadata: { name: 'mailer', namespace: ns.namespace },
+      spec: {
+        image: 'registry.example.com/mailer:1',
+        broker: {
+          urlSecretRef: { name: 'rabbitmq', key: 'url' },
+          managementUrlSecretRef: { name: 'rabbitmq', key: 'management-url' },
+          queue,
+          prefetch: 8,
+        },
+        claims: { urlSecretRef: { name: 'claims-db', key: 'url' } },
+        contract: { idempotencyKey: 'mail:{id}', schemaVersions: [1] },
+        deadLetter: { owner: 'team-mail' },
+        scaling,
+      },
+    },
+    'test-user',
+  );
+}
+
+/** A backlog whose oldest message was published `ageSeconds` ago. */
+async function backlog(
+  queue: string,
+  n: number,
+  ageSeconds: number,
+  queueType: 'classic' | 'quorum' = 'classic',
+): Promise<void> {
+  const conn = await amqp.connect(rabbit.amqpUrl);
+  const ch = await conn.createConfirmChannel();
+  await ch.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': queueType } });
+  const then = Date.now() - ageSeconds * 1000;
+  for (let i = 0; i < n; i++)
+    await publish(
+      ch,
+      queue,
+      { type: 'send', schemaVersion: 1, payload: { id: `m${i}` }, keyRule: 'mail:{id}' },
+      () => then + i,
+    );
+  await conn.close();
+}
+
+const replicas = async () =>
+  (
+    await client.find<KubeObject & { spec: { replicas: number } }>(
+      'apps/v1',
+      'Deployment',
+      ns.namespace,
+      'mailer',
+    )
+  )?.spec.replicas ?? -1;
+const jw = () =>
+  client.get<KubeObject & { status?: any }>(
+    'jobfleet.dev/v1alpha1',
+    'JobWorker',
+    ns.namespace,
+    'mailer',
+  );
+
+describe('scaling on the age of the oldest message', () => {
+  it('a backlog raises replicas fast, up to the downstream cap; a drained queue lowers them after the window', async () => {
+    await secrets();
+    await backlog('mail.send', 200, 40);
+    await jobWorker('mail.send', {
+      minReplicas: 1,
+      maxReplicas: 20,
+      targetOldestAgeSeconds: 10,
+      scaleDownStabilizationSeconds: 6,
+      downstream: { maxConcurrency: 48 },
+    });
+
+    const capped = await eventually(
+      'replicas at the downstream cap',
+      async () => {
+        const j = await jw();
+        return (await replicas()) === 6 && j.status?.scaling?.limitedBy === 'downstream'
+          ? j
+          : undefined;
+      },
+      60_000,
+    );
+    expect(capped.status.scaling.message).toMatch(
+      /^Capped by downstream capacity 48 \/ prefetch 8 = 6 replicas; oldest message \d+ s > 10 s objective\.$/,
+    );
+    expect(capped.status).toMatchObject({
+      ageSource: 'HeadTimestamp',
+      queueDepth: 200,
+      desiredReplicas: 6,
+    });
+    expect(capped.status.oldestMessageAgeSeconds).toBeGreaterThanOrEqual(40);
+    expect(capped.status.conditions.find((c: any) => c.type === 'ScalingActive')).toMatchObject({
+      status: 'True',
+    });
+    const events = await client.list<KubeObject & { reason: string; message: string }>(
+      'v1',
+      'Event',
+      ns.namespace,
+    );
+    expect(events.items.some((e) => e.reason === 'ScaledUp')).toBe(true);
+    const metrics = await (await fetch(`http://127.0.0.1:${op!.port}/metrics`)).text();
+    expect(metrics).toMatch(
+      new RegExp(`jobfleet_desired_replicas\\{namespace="${ns.namespace}",jobworker="mailer"\\} 6`),
+    );
+
+    // The queue drains; the scale-down waits out the 6 s window, then goes to the minimum.
+    await rabbit.mgmt.request(
+      'DELETE',
+      `/queues/${encodeURIComponent(rabbit.vhost)}/mail.send/contents`,
+    );
+    const held = await eventually(
+      'the window to hold',
+      async () => {
+        const j = await jw();
+        return j.status?.scaling?.limitedBy === 'stabilization' ? j : undefined;
+      },
+      30_000,
+    );
+    expect(await replicas()).toBe(6);
+    expect(held.status.scaling.message).toMatch(
+      /^Holding 6 replicas for the 6 s scale-down window/,
+    );
+    await eventually(
+      'back to minReplicas',
+      async () => ((await replicas()) === 1 ? true : undefined),
+      60_000,
+    );
+    expect(
+      (await client.list<KubeObject & { reason: string }>('v1', 'Event', ns.namespace)).items.some(
+        (e) => e.reason === 'ScaledDown',
+      ),
+    ).toBe(true);
+  }, 120_000);
+
+  it('an unreadable signal holds the replicas and says which signal is missing', async () => {
+    await secrets();
+    await backlog('mail.hold', 50, 30);
+    await jobWorker('mail.hold', {
+      minReplicas: 1,
+      maxReplicas: 20,
+      targetOldestAgeSeconds: 10,
+      scaleDownStabilizationSeconds: 1,
+    });
+    await eventually('scaled up', async () => ((await replicas()) > 1 ? true : undefined), 60_000);
+
+    await secrets('http://guest:wrong@127.0.0.1:15672'); // wrong credentials
+    const j = await eventually(
+      'ScalingActive=False',
+      async () => {
+        const x = await jw();
+        return x.status?.conditions?.find((c: any) => c.type === 'ScalingActive')?.status ===
+          'False'
+          ? x
+          : undefined;
+      },
+      30_000,
+    );
+    expect(j.status.scaling.limitedBy).toBe('signalMissing');
+    expect(j.status.scaling.message).toMatch(/refused the credentials/);
+    expect(JSON.stringify(j.status)).not.toContain('wrong'); // no secret in status
+    const before = await replicas();
+    await rabbit.mgmt.request(
+      'DELETE',
+      `/queues/${encodeURIComponent(rabbit.vhost)}/mail.hold/contents`,
+    );
+    await new Promise((r) => setTimeout(r, 4000)); // several polls, past the 1 s window
+    expect(await replicas()).toBe(before);
+  }, 120_000);
+
+  it('quorum queues: the age is estimated and status says so', async () => {
+    await secrets();
+    await backlog('mail.quorum', 100, 0, 'quorum');
+    await jobWorker('mail.quorum', { minReplicas: 1, maxReplicas: 5, targetOldestAgeSeconds: 10 });
+    const j = await eventually(
+      'an estimated age',
+      async () => {
+        const x = await jw();
+        return x.status?.ageSource === 'Estimated' && x.status.queueDepth === 100 ? x : undefined;
+      },
+      30_000,
+    );
+    expect(j.status.scaling.limitedBy).toBeDefined();
+    expect(j.status.oldestMessageAgeSeconds).toBeGreaterThanOrEqual(0);
+  });
+});
