@@ -48,7 +48,9 @@ export interface Operator {
 export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const log = o.log ?? pino({ level: process.env.LOG_LEVEL ?? 'info' });
   const metrics = operatorMetrics();
-  const events = new EventRecorder(o.client, 'jobfleet-operator', log);
+  const events = new EventRecorder(o.client, 'jobfleet-operator', log, Date.now, () =>
+    metrics.apiWrites.inc({ kind: 'Event' }),
+  );
   const namespaces = o.namespaces?.length ? o.namespaces : [undefined];
   let queue: WorkQueue | undefined;
   let informers: Informer[] = [];

@@ -19,6 +19,8 @@ export class EventRecorder {
     private readonly component: string,
     private readonly log: Logger,
     private readonly now: () => number = Date.now,
+    /** counts each event written (an API write like any other) */
+    private readonly onWrite: () => void = () => undefined,
   ) {}
 
   async emit(
@@ -33,6 +35,7 @@ export class EventRecorder {
     this.recent.set(dedupe, this.now());
     if (this.recent.size > 10_000) this.recent.clear();
     const at = new Date(this.now()).toISOString();
+    this.onWrite();
     try {
       await this.client.create({
         apiVersion: 'v1',
