@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runOperatorBench } from './operator-scale.js';
+import { MODEL, runScalingSim } from './scaling-sim.js';
 import { runWorkerBench } from './worker-throughput.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -102,6 +103,34 @@ ${r.count} JobWorkers (examples/jobworker.yaml) created in batches of 50 against
 Writes per JobWorker: the Deployment, Service and PDB applies plus status writes as the rollout progresses
 (created → pods ready). Steady state: every key is reconciled on each resync; applies and status writes are skipped
 when nothing changed, so the target is 0.
+`,
+  );
+}
+if (!only || only === 'scaling') {
+  const sims = runScalingSim();
+  const rows = sims.flatMap(({ trace, results }) => {
+    const oracle = results.find((r) => r.controller.startsWith('oracle'))!;
+    return results.map(
+      (r) =>
+        `| ${trace} | ${r.controller} | ${r.overObjectivePct.toFixed(2)} % | ${r.replicaSeconds.toLocaleString('en')} | ${(r.replicaSeconds / oracle.replicaSeconds).toFixed(2)}× | ${r.scaleEvents} |`,
+    );
+  });
+  writeSection(
+    'scaling',
+    `${header('Scaling simulator: age-based vs depth-based vs oracle', 'make bench BENCH=scaling')}
+Arrival traces replayed through a FIFO queue model (${MODEL.perReplica} msg/s per replica, pods ready ${MODEL.startDelay} s after they are
+asked for, objective ${MODEL.objective} s, max ${MODEL.maxReplicas} replicas). jobfleet = \`decideReplicas\` from
+src/reconcile/scaling.ts (the operator's own decision module), polled every 10 s. KEDA-style = RabbitMQ QueueLength target 20
+per replica, polled every 30 s, HPA default behaviour. Oracle = knows every arrival, starts pods instantly, serves each message at the
+last second the objective allows (a lower bound). Plots: bench/scaling-<trace>.svg.
+
+| trace | scaler | time over objective | replica-seconds | vs oracle | scale events |
+|---|---|---:|---:|---:|---:|
+${rows.join('\n')}
+
+Status (issue 6 is open): the throttled trace's arrivals exceed the dependency's capacity, so no scaler meets the objective there;
+it needs a trace where the objective is reachable and a count of throttled calls. The spike trace (20× for two minutes) is over
+the objective about 4 % of the time for both online scalers: pods take ${MODEL.startDelay} s to start.
 `,
   );
 }

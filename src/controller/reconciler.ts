@@ -164,7 +164,15 @@ export class JobWorkerReconciler {
     );
     const scaling =
       spec && problems.length === 0
-        ? await this.scale(`${namespace}/${name}`, spec, current, secrets.values)
+        ? await this.scale(
+            `${namespace}/${name}`,
+            spec,
+            current,
+            Number(
+              (deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas ?? 0,
+            ),
+            secrets.values,
+          )
         : undefined;
     const desiredReplicas = scaling?.desired ?? current;
 
@@ -253,6 +261,7 @@ export class JobWorkerReconciler {
     key: string,
     spec: JobWorkerSpec,
     current: number,
+    readyReplicas: number,
     secrets: Map<string, string>,
   ): Promise<ScalingOutcome> {
     const sc = spec.scaling;
@@ -279,7 +288,7 @@ export class JobWorkerReconciler {
         const r = queueAge(stats, nowMs, memory.age);
         memory.age = r.memory;
         age = r.age;
-        signals = age.signals;
+        signals = { ...age.signals, readyReplicas };
       } catch (err) {
         signals = {
           ok: false,

@@ -29,6 +29,8 @@ export type Signals =
       completionRate: number;
       /** throttled responses/s from the dependency (Prometheus); undefined when not measured */
       throttleRate?: number;
+      /** replicas ready to consume (pods still starting complete nothing); defaults to the current count */
+      readyReplicas?: number;
     }
   | { ok: false; missing: string };
 
@@ -123,8 +125,9 @@ export function decideReplicas(
 
   // Learn per-replica throughput only while the fleet is saturated (a backlog
   // is waiting); otherwise completions just mirror arrivals.
-  if (current > 0 && signals.depth > 0 && signals.completionRate > 0) {
-    const sample = signals.completionRate / current;
+  const ready = signals.readyReplicas ?? current;
+  if (ready > 0 && signals.depth > 0 && signals.completionRate > 0) {
+    const sample = signals.completionRate / ready;
     state.perReplicaRate =
       state.perReplicaRate === undefined ? sample : 0.7 * state.perReplicaRate + 0.3 * sample;
   }
