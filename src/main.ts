@@ -5,7 +5,7 @@
 //   JOBFLEET_WATCH_NAMESPACES     comma-separated; all namespaces when empty
 //   POD_NAMESPACE, POD_NAME       the leader Lease's namespace and this replica's identity
 //   JOBFLEET_LEASE_NAME           default jobfleet-operator
-//   JOBFLEET_LEASE_DURATION_SECONDS  default 15 (renew deadline 2/3 of it, retry every 2 s)
+//   JOBFLEET_LEASE_DURATION_SECONDS  default 15 (renew deadline 10 s, retry every 2 s)
 //   JOBFLEET_OPERATOR_PORT        /healthz /readyz /metrics, default 8080
 //   JOBFLEET_RESYNC_SECONDS       every JobWorker is reconciled at least this often, default 300
 //   LOG_LEVEL                     default info
@@ -16,6 +16,7 @@ import { startOperator } from './operator.js';
 
 const log = pino({ level: process.env.LOG_LEVEL ?? 'info' });
 const env = process.env;
+const leaseSeconds = Number(env.JOBFLEET_LEASE_DURATION_SECONDS ?? 15);
 const operator = await startOperator({
   client: KubeClient.fromDefault(),
   namespaces: (env.JOBFLEET_WATCH_NAMESPACES ?? '')
@@ -26,6 +27,10 @@ const operator = await startOperator({
   lease: {
     namespace: env.POD_NAMESPACE ?? 'default',
     name: env.JOBFLEET_LEASE_NAME ?? 'jobfleet-operator',
+    // client-go's proportions: renew deadline 2/3 of the lease, retry period 2/15 of it
+    leaseDurationSeconds: leaseSeconds,
+    renewDeadlineSeconds: leaseSeconds * (2 / 3),
+    retryPeriodSeconds: Math.max(0.5, leaseSeconds * (2 / 15)),
   },
   port: Number(env.JOBFLEET_OPERATOR_PORT ?? 8080),
   resyncMs: Number(env.JOBFLEET_RESYNC_SECONDS ?? 300) * 1000,
