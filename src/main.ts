@@ -8,6 +8,7 @@
 //   JOBFLEET_LEASE_DURATION_SECONDS  default 15 (renew deadline 10 s, retry every 2 s)
 //   JOBFLEET_OPERATOR_PORT        /healthz /readyz /metrics, default 8080
 //   JOBFLEET_RESYNC_SECONDS       every JobWorker is reconciled at least this often, default 300
+//   JOBFLEET_PROMETHEUS_URL       Prometheus scraping the workers (throttling signal); per JobWorker: spec.scaling.prometheusUrl
 //   LOG_LEVEL                     default info
 import os from 'node:os';
 import pino from 'pino';
@@ -34,6 +35,7 @@ const operator = await startOperator({
   },
   port: Number(env.JOBFLEET_OPERATOR_PORT ?? 8080),
   resyncMs: Number(env.JOBFLEET_RESYNC_SECONDS ?? 300) * 1000,
+  prometheusUrl: env.JOBFLEET_PROMETHEUS_URL || undefined,
   log,
 });
 

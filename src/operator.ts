@@ -33,6 +33,8 @@ export interface OperatorOptions {
   pollMs?: number;
   /** how long a read Secret is reused (default 30 s) */
   secretTtlMs?: number;
+  /** Prometheus for fleet signals (throttling) when a JobWorker names none */
+  prometheusUrl?: string;
   log?: Logger;
 }
 
@@ -62,6 +64,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     log,
     pollMs: o.pollMs,
     secretTtlMs: o.secretTtlMs,
+    prometheusUrl: o.prometheusUrl,
     cache: (kind, namespace, name) =>
       (caches.get(`${kind}/${namespace}`) ?? caches.get(`${kind}/`))?.cache.get(
         `${namespace}/${name}`,

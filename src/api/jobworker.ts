@@ -148,6 +148,14 @@ export const jobWorkerSpec = z.object({
         })
         .optional(),
       scaleDownStabilizationSeconds: z.number().int().min(0).max(86_400).default(300),
+      prometheusUrl: z
+        .string()
+        .regex(/^https?:\/\/[^\s]+$/)
+        .max(2048)
+        .optional()
+        .describe(
+          'Prometheus that scrapes this fleet: throttling and in-flight signals. Defaults to the operator’s JOBFLEET_PROMETHEUS_URL',
+        ),
     })
     .meta(
       cel([

@@ -41,6 +41,7 @@ import {
   type AgeMemory,
   type QueueAge,
 } from '../signals/rabbitmq.js';
+import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
 import type { ProcessResult } from './workqueue.js';
 
 /** How long a verified child without a watch is trusted before it is read again (drift repair). */
@@ -76,6 +77,8 @@ export interface ReconcilerDeps {
   ) => KubeObject | undefined;
   /** how long a read Secret is reused (default 30 s): a rotated credential is seen within this */
   secretTtlMs?: number;
+  /** Prometheus for fleet signals when a JobWorker names none (spec.scaling.prometheusUrl) */
+  prometheusUrl?: string;
 }
 
 export interface ScalingOutcome {
@@ -289,11 +292,17 @@ export class JobWorkerReconciler {
         memory.age = r.memory;
         age = r.age;
         signals = { ...age.signals, readyReplicas };
+        const prometheusUrl = spec.scaling.prometheusUrl ?? this.d.prometheusUrl;
+        if (prometheusUrl) {
+          const [namespace, jobworker] = key.split('/') as [string, string];
+          const fleet = await fetchFleetSignals(prometheusUrl, namespace, jobworker);
+          signals = { ...signals, throttleRate: fleet.throttleRate };
+        }
       } catch (err) {
         signals = {
           ok: false,
           missing:
-            err instanceof ManagementApiError
+            err instanceof ManagementApiError || err instanceof PrometheusError
               ? err.message
               : `queue signal failed: ${(err as Error).message}`,
         };

@@ -243,3 +243,123 @@ describe('scaling on the age of the oldest message', () => {
     expect(j.status.oldestMessageAgeSeconds).toBeGreaterThanOrEqual(0);
   });
 });
+
+describe('a throttled dependency', () => {
+  it('holds the fleet at a lowered cap while real workers report throttling through a real Prometheus', async () => {
+    const { spawn } = await import('node:child_process');
+    const { freePort, repoRoot } = await import('../ground/control-plane.js');
+    const { startPrometheus } = await import('../ground/prometheus.js');
+    const { usePostgres } = await import('../ground/index.js');
+    const db = await usePostgres();
+    const queue = 'orders.throttle';
+    // A backlog whose head has waited 60 s, against a 10 s objective.
+    const conn = await amqp.connect(rabbit.amqpUrl);
+    const ch = await conn.createConfirmChannel();
+    await ch.assertQueue(queue, { durable: true });
+    const then = Date.now() - 60_000;
+    for (let i = 0; i < 1500; i++) {
+      await publish(
+        ch,
+        queue,
+        {
+          type: 'ship',
+          schemaVersion: 1,
+          payload: { orderId: `o${i}` },
+          keyRule: 'order:{orderId}:ship',
+        },
+        () => then + i,
+      );
+    }
+    await conn.close();
+
+    // Two worker processes whose every call is answered 429 after 300 ms.
+    const ports = [await freePort(), await freePort()];
+    const workers = ports.map((port) =>
+      spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/effect-worker.ts'], {
+        cwd: repoRoot,
+        env: {
+          ...process.env,
+          LOG_LEVEL: 'silent',
+          JOBFLEET_QUEUE: queue,
+          JOBFLEET_BROKER_URL: rabbit.amqpUrl,
+          JOBFLEET_CLAIMS_URL: db.url,
+          JOBFLEET_METRICS_PORT: String(port),
+          JOBFLEET_TEST_THROTTLE: '1',
+          JOBFLEET_TEST_HANDLER_MS: '300',
+        },
+        stdio: 'ignore',
+      }),
+    );
+    const prom = await startPrometheus(
+      ports.map((port) => ({ port, labels: { namespace: ns.namespace, jobworker: 'mailer' } })),
+    );
+    try {
+      await secrets();
+      await jobWorker(queue, {
+        minReplicas: 1,
+        maxReplicas: 20,
+        targetOldestAgeSeconds: 10,
+        scaleDownStabilizationSeconds: 5,
+        downstream: { maxConcurrency: 48 },
+        prometheusUrl: prom.url,
+      });
+      const j = await eventually(
+        'the throttling cap',
+        async () => {
+          const x = await jw();
+          return /the dependency is throttling/.test(x.status?.scaling?.message ?? '')
+            ? x
+            : undefined;
+        },
+        60_000,
+      );
+      expect(j.status.scaling.limitedBy).toBe('downstream');
+      expect(j.status.scaling.message).toMatch(
+        /^Capped at \d+ replicas: the dependency is throttling \([\d.]+\/s\), so the cap was lowered from 6; oldest message \d+ s > 10 s objective\.$/,
+      );
+      // Held there: the backlog is old, yet the fleet does not grow into the throttling.
+      const held = j.status.desiredReplicas as number;
+      expect(held).toBeLessThan(6);
+      expect(j.status.oldestMessageAgeSeconds).toBeGreaterThan(10);
+      await eventually(
+        'the Deployment at the cap',
+        async () => ((await replicas()) === held ? true : undefined),
+        20_000,
+      );
+    } finally {
+      for (const w of workers) w.kill('SIGKILL');
+      await prom.stop();
+      await db.cleanup();
+    }
+  }, 120_000);
+});
+
+describe('Prometheus down', () => {
+  it('holds the replicas and names Prometheus as the missing signal', async () => {
+    const { freePort } = await import('../ground/control-plane.js');
+    await secrets();
+    await backlog('mail.prom', 10, 30);
+    await jobWorker('mail.prom', {
+      minReplicas: 2,
+      maxReplicas: 20,
+      targetOldestAgeSeconds: 10,
+      prometheusUrl: `http://127.0.0.1:${await freePort()}`,
+    });
+    const j = await eventually(
+      'ScalingActive=False',
+      async () => {
+        const x = await jw();
+        return x.status?.conditions?.find((c: any) => c.type === 'ScalingActive')?.status ===
+          'False'
+          ? x
+          : undefined;
+      },
+      30_000,
+    );
+    expect(j.status.scaling).toMatchObject({ limitedBy: 'signalMissing' });
+    expect(j.status.scaling.message).toMatch(
+      /^Holding 2 replicas: Prometheus unreachable at 127\.0\.0\.1:\d+ \(ECONNREFUSED\)\.$/,
+    );
+    expect(await replicas()).toBe(2);
+  });
+});

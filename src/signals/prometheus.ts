@@ -1,0 +1,59 @@
+// Fleet signals from Prometheus: how often the dependency throttles the
+// workers, and how much they hold in flight. Worker series carry the
+// `namespace` and `jobworker` labels (added by the scrape config: the chart's
+// PodMonitor copies them from the pod).
+export interface FleetSignals {
+  /** throttled responses per second, fleet-wide */
+  throttleRate: number;
+  /** handlers running now, fleet-wide */
+  inflight: number;
+}
+
+export class PrometheusError extends Error {
+  override readonly name = 'PrometheusError';
+}
+
+/** PromQL string literal escaping for label values. */
+const q = (v: string) => `"${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
+
+export function fleetQueries(
+  namespace: string,
+  jobworker: string,
+): Record<keyof FleetSignals, string> {
+  const sel = `{namespace=${q(namespace)},jobworker=${q(jobworker)}}`;
+  return {
+    throttleRate: `sum(rate(jobfleet_downstream_throttled_total${sel}[1m]))`,
+    inflight: `sum(jobfleet_inflight${sel})`,
+  };
+}
+
+async function instant(baseUrl: string, query: string, timeoutMs: number): Promise<number> {
+  const url = `${baseUrl.replace(/\/$/, '')}/api/v1/query?query=${encodeURIComponent(query)}`;
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
+    throw new PrometheusError(`Prometheus unreachable at ${new URL(baseUrl).host} (${cause})`);
+  }
+  if (!res.ok)
+    throw new PrometheusError(`Prometheus answered ${res.status} at ${new URL(baseUrl).host}`);
+  const body = (await res.json()) as { data?: { result?: Array<{ value?: [number, string] }> } };
+  // An empty vector (no series yet: nothing throttled, or not scraped yet) is 0.
+  const v = Number(body.data?.result?.[0]?.value?.[1] ?? 0);
+  return Number.isFinite(v) ? v : 0;
+}
+
+export async function fetchFleetSignals(
+  baseUrl: string,
+  namespace: string,
+  jobworker: string,
+  timeoutMs = 5000,
+): Promise<FleetSignals> {
+  const queries = fleetQueries(namespace, jobworker);
+  const [throttleRate, inflight] = await Promise.all([
+    instant(baseUrl, queries.throttleRate, timeoutMs),
+    instant(baseUrl, queries.inflight, timeoutMs),
+  ]);
+  return { throttleRate, inflight };
+}
