@@ -9,7 +9,10 @@ import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import { startOperator, type Operator } from '../../src/operator.js';
 import { publish } from '../../worker/index.js';
 import { eventually } from '../ground/eventually.js';
-import { useKube, useRabbit, type RabbitVhost } from '../ground/index.js';
+import { spawn } from 'node:child_process';
+import { freePort, repoRoot } from '../ground/control-plane.js';
+import { startPrometheus } from '../ground/prometheus.js';
+import { useKube, usePostgres, useRabbit, type RabbitVhost } from '../ground/index.js';
 
 let ns: Awaited<ReturnType<typeof useKube>>;
 let rabbit: RabbitVhost;
@@ -30,7 +33,9 @@ beforeEach(async () => {
     log: pino({ level: process.env.JOBFLEET_TEST_LOG ?? 'silent' }),
   });
 });
+const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
+  for (const c of cleanups.splice(0)) await c();
   await op?.stop();
   await Promise.all([ns?.cleanup(), rabbit?.cleanup()]);
 });
@@ -163,10 +168,36 @@ describe('scaling on the age of the oldest message', () => {
       new RegExp(`jobfleet_desired_replicas\\{namespace="${ns.namespace}",jobworker="mailer"\\} 6`),
     );
 
-    // The queue drains; the scale-down waits out the 6 s window, then goes to the minimum.
-    await rabbit.mgmt.request(
-      'DELETE',
-      `/queues/${encodeURIComponent(rabbit.vhost)}/mail.send/contents`,
+    // Real workers drain the backlog; the scale-down waits out the 6 s window, then goes to the minimum.
+    const db = await usePostgres();
+    await db.pool.query(
+      'create table effects (id bigserial primary key, key text not null, attempt int, at timestamptz not null default clock_timestamp())',
+    );
+    const worker = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/effect-worker.ts'], {
+      cwd: repoRoot,
+      env: {
+        ...process.env,
+        LOG_LEVEL: 'silent',
+        JOBFLEET_QUEUE: 'mail.send',
+        JOBFLEET_BROKER_URL: rabbit.amqpUrl,
+        JOBFLEET_CLAIMS_URL: db.url,
+        JOBFLEET_METRICS_PORT: '0',
+        JOBFLEET_TEST_TYPE: 'send',
+        JOBFLEET_TEST_KEY_RULE: 'mail:{id}',
+      },
+      stdio: 'ignore',
+    });
+    cleanups.push(async () => {
+      worker.kill('SIGKILL');
+      await db.cleanup();
+    });
+    await eventually(
+      'the backlog consumed',
+      async () => {
+        const n = await db.pool.query<{ n: number }>('select count(*)::int as n from effects');
+        return n.rows[0]!.n === 200 ? true : undefined;
+      },
+      60_000,
     );
     const held = await eventually(
       'the window to hold',
@@ -246,10 +277,6 @@ describe('scaling on the age of the oldest message', () => {
 
 describe('a throttled dependency', () => {
   it('holds the fleet at a lowered cap while real workers report throttling through a real Prometheus', async () => {
-    const { spawn } = await import('node:child_process');
-    const { freePort, repoRoot } = await import('../ground/control-plane.js');
-    const { startPrometheus } = await import('../ground/prometheus.js');
-    const { usePostgres } = await import('../ground/index.js');
     const db = await usePostgres();
     const queue = 'orders.throttle';
     // A backlog whose head has waited 60 s, against a 10 s objective.
@@ -336,7 +363,6 @@ describe('a throttled dependency', () => {
 
 describe('Prometheus down', () => {
   it('holds the replicas and names Prometheus as the missing signal', async () => {
-    const { freePort } = await import('../ground/control-plane.js');
     await secrets();
     await backlog('mail.prom', 10, 30);
     await jobWorker('mail.prom', {
