@@ -112,7 +112,7 @@ if (!only || only === 'scaling') {
     const oracle = results.find((r) => r.controller.startsWith('oracle'))!;
     return results.map(
       (r) =>
-        `| ${trace} | ${r.controller} | ${r.overObjectivePct.toFixed(2)} % | ${r.replicaSeconds.toLocaleString('en')} | ${(r.replicaSeconds / oracle.replicaSeconds).toFixed(2)}× | ${r.scaleEvents} |`,
+        `| ${trace} | ${r.controller} | ${r.overObjectivePct.toFixed(2)} % | ${r.replicaSeconds.toLocaleString('en')} | ${(r.replicaSeconds / oracle.replicaSeconds).toFixed(2)}× | ${r.scaleEvents} | ${r.throttledCalls.toLocaleString('en')} |`,
     );
   });
   writeSection(
@@ -124,13 +124,17 @@ src/reconcile/scaling.ts (the operator's own decision module), polled every 10 s
 per replica, polled every 30 s, HPA default behaviour. Oracle = knows every arrival, starts pods instantly, serves each message at the
 last second the objective allows (a lower bound). Plots: bench/scaling-<trace>.svg.
 
-| trace | scaler | time over objective | replica-seconds | vs oracle | scale events |
-|---|---|---:|---:|---:|---:|
+| trace | scaler | time over objective | replica-seconds | vs oracle | scale events | throttled calls |
+|---|---|---:|---:|---:|---:|---:|
 ${rows.join('\n')}
 
-Status (issue 6 is open): the throttled trace's arrivals exceed the dependency's capacity, so no scaler meets the objective there;
-it needs a trace where the objective is reachable and a count of throttled calls. The spike trace (20× for two minutes) is over
-the objective about 4 % of the time for both online scalers: pods take ${MODEL.startDelay} s to start.
+Reading it: jobfleet met the objective on the step, spike and diurnal traces with 1.04–1.12× the oracle's replica-seconds on step and
+diurnal, where the depth scaler spent 4.5–5.3× and was over the objective 8–11 % of the time. On the spike the 300 s scale-down
+window (the rule: down only to the highest recommendation of the window) keeps the spike's replicas for five minutes: 2.1× the
+oracle, still a third of the depth scaler. In the throttled trace bursts exceed what the dependency accepts, so nobody meets the
+objective all the time; jobfleet stays within 1.2× the oracle's replica-seconds with 55× fewer throttled calls than the depth
+scaler, which buys its lower over-objective time with 8.6× the replicas. (The oracle's over-objective figure counts the seconds
+where even it could not serve a message in time.)
 `,
   );
 }

@@ -26,7 +26,7 @@ export const MODEL = {
   startDelay: 15,
   objective: 30,
   prefetch: 8,
-  maxReplicas: 40,
+  maxReplicas: 80,
 };
 
 export const TRACES: Trace[] = [
@@ -37,11 +37,12 @@ export const TRACES: Trace[] = [
     seconds: 4 * 3600,
     rate: (t) => 120 + 100 * Math.sin((2 * Math.PI * t) / (4 * 3600)),
   },
-  // A dependency that takes at most 120 msg/s: more replicas only buy throttling.
+  // A dependency that takes at most 120 msg/s (12 replicas' worth): a burst above it can only
+  // wait its turn, and replicas beyond 12 buy nothing but throttled calls.
   {
     name: 'throttled',
     seconds: 3600,
-    rate: (t) => (t < 300 ? 40 : t < 2400 ? 200 : 60),
+    rate: (t) => (t % 900 >= 600 && t % 900 < 660 ? 200 : 70),
     dependencyCapacity: 120,
   },
 ];
@@ -67,6 +68,8 @@ export interface SimResult {
   overObjectivePct: number;
   replicaSeconds: number;
   scaleEvents: number;
+  /** calls the dependency refused (each one a retry later) */
+  throttledCalls: number;
   series: Array<{ t: number; age: number; replicas: number }>;
 }
 
@@ -82,6 +85,7 @@ function simulate(trace: Trace, controller: Controller): SimResult {
   const series: SimResult['series'] = [];
   const window: Array<{ arrived: number; done: number; throttled: number }> = [];
   let carry = 0;
+  let throttledCalls = 0;
 
   for (let t = 0; t < trace.seconds; t++) {
     // arrivals (fractional rates accumulate)
@@ -99,6 +103,7 @@ function simulate(trace: Trace, controller: Controller): SimResult {
       const depthNow = queue.reduce((s, b) => s + b.n, 0);
       throttled = Math.max(0, Math.min(depthNow, capacity) - trace.dependencyCapacity);
       capacity = trace.dependencyCapacity;
+      throttledCalls += throttled;
     }
     let done = 0;
     while (capacity > 0 && queue.length) {
@@ -114,7 +119,7 @@ function simulate(trace: Trace, controller: Controller): SimResult {
     if (oldestAge > MODEL.objective) over++;
     replicaSeconds += ready + starting.reduce((s, x) => s + x.n, 0);
     window.push({ arrived, done, throttled });
-    if (window.length > 10) window.shift();
+    if (window.length > 5) window.shift();
     const rate = (k: 'arrived' | 'done' | 'throttled') =>
       window.reduce((s, w) => s + w[k], 0) / window.length;
 
@@ -152,6 +157,7 @@ function simulate(trace: Trace, controller: Controller): SimResult {
     overObjectivePct: (100 * over) / trace.seconds,
     replicaSeconds,
     scaleEvents: events,
+    throttledCalls,
     series,
   };
 }
@@ -259,9 +265,8 @@ function oracle(trace: Trace): SimResult {
   for (let t = 0; t < trace.seconds; t++) {
     const mustBy = t - MODEL.objective >= 0 ? (due[t - MODEL.objective] ?? 0) : 0;
     const need = Math.max(0, mustBy - served);
-    // beyond the dependency's capacity even the oracle falls behind
-    if (need > cap) over++;
-    const rate = Math.min(need, cap);
+    const rate = Math.min(need, cap, MODEL.maxReplicas * MODEL.perReplica);
+    if (need > rate) over++;
     const replicas = Math.ceil(rate / MODEL.perReplica);
     served += Math.min(rate, replicas * MODEL.perReplica);
     replicaSeconds += replicas;
@@ -274,6 +279,7 @@ function oracle(trace: Trace): SimResult {
     overObjectivePct: (100 * over) / trace.seconds,
     replicaSeconds,
     scaleEvents: events,
+    throttledCalls: 0,
     series,
   };
 }

@@ -56,10 +56,16 @@ export interface ScalingDecision {
   need: number;
 }
 
-/** Headroom over the computed need: rates are noisy, and under-provisioning costs age. */
+/**
+ * Headroom over the computed need once the oldest message is past half the
+ * objective: rates are noisy, and falling behind then costs the objective.
+ * Below half, capacity matches the need exactly — a small queue is fine.
+ */
 const HEADROOM = 1.1;
 /** How often AIMD may move the cap (s): one step per observation period, not per reconcile. */
 const AIMD_PERIOD_S = 30;
+/** Multiplicative decrease of the cap while throttled. */
+const DECREASE = 0.75;
 /** Throttled responses per second that count as "the dependency is pushing back". */
 const THROTTLE_THRESHOLD = 0.05;
 
@@ -74,7 +80,8 @@ export function staticDownstreamCap(spec: ScalingSpec): number | undefined {
  * to serve the newest message of the current backlog before it reaches the
  * objective (μ ≥ B / h). FIFO means every older message is served sooner, so
  * these two bounds suffice. h is the objective T, or T/2 once the oldest
- * message is already past it (catch up faster when late).
+ * message is already past it (catch up faster when late). 10 % headroom once
+ * the oldest message is past T/2.
  */
 export function replicasNeeded(
   s: Extract<Signals, { ok: true }>,
@@ -86,7 +93,8 @@ export function replicasNeeded(
   if (backlog === 0 && s.arrivalRate === 0) return 0;
   const T = spec.targetOldestAgeSeconds;
   const horizon = s.oldestAgeSeconds > T ? T / 2 : T;
-  const throughput = Math.max(s.arrivalRate, s.depth / horizon) * HEADROOM;
+  const headroom = s.oldestAgeSeconds > T / 2 ? HEADROOM : 1;
+  const throughput = Math.max(s.arrivalRate, s.depth / horizon) * headroom;
   // (the epsilon keeps float noise such as 110.00000000000001 from adding a replica)
   if (perReplicaRate && perReplicaRate > 0)
     return Math.max(1, Math.ceil(throughput / perReplicaRate - 1e-9));
@@ -132,14 +140,16 @@ export function decideReplicas(
       state.perReplicaRate === undefined ? sample : 0.7 * state.perReplicaRate + 0.3 * sample;
   }
 
-  // AIMD on the downstream cap: halve while the dependency throttles, +1 per quiet period.
+  // AIMD on the downstream cap: ×0.75 while the dependency throttles, +1 per quiet period.
+  // (Halving, as TCP does, overshoots here: it drops the fleet well below what the
+  // dependency does accept, and +1 per period takes minutes to climb back.)
   const staticCap = staticDownstreamCap(spec);
   if (signals.throttleRate !== undefined && staticCap !== undefined) {
     const canMove =
       state.lastCapChangeAt === undefined || nowMs - state.lastCapChangeAt >= AIMD_PERIOD_S * 1000;
     const cap = state.throttleCap ?? staticCap;
     if (signals.throttleRate > THROTTLE_THRESHOLD && canMove) {
-      state.throttleCap = Math.max(1, Math.floor(Math.min(cap, Math.max(current, 1)) / 2));
+      state.throttleCap = Math.max(1, Math.floor(Math.min(cap, Math.max(current, 1)) * DECREASE));
       state.lastCapChangeAt = nowMs;
     } else if (
       signals.throttleRate <= THROTTLE_THRESHOLD &&

@@ -31,7 +31,8 @@ describe('replicasNeeded', () => {
   it.each([
     // depth, arrivals/s, age, per-replica rate, current → replicas
     [0, 0, 0, 10, 3, 0], // nothing to do
-    [0, 50, 0, 10, 3, 6], // keep up with arrivals: 50 × 1.1 / 10
+    [0, 50, 0, 10, 3, 5], // keep up with arrivals: 50 / 10 (no headroom while age ≤ T/2)
+    [0, 50, 20, 10, 3, 6], // past T/2: 50 × 1.1 / 10
     [3000, 10, 20, 10, 3, 11], // backlog served within T: 3000/30 × 1.1 / 10
     [3000, 10, 40, 10, 3, 22], // already late: catch up within T/2
     [100, 0, 50, undefined, 2, 4], // unmeasured: proportional to age/objective (×1.67 → 4)
@@ -139,24 +140,24 @@ describe('decideReplicas', () => {
     expect(changes).toBeLessThanOrEqual(1);
   });
 
-  it('halves the downstream cap while the dependency throttles (once per period) and raises it by one when quiet', () => {
+  it('cuts the downstream cap by a quarter while the dependency throttles (once per period) and raises it by one when quiet', () => {
     let state = fresh;
     const busy = (throttleRate: number) =>
       sig({ depth: 5000, oldestAgeSeconds: 90, arrivalRate: 50, completionRate: 40, throttleRate });
     let d = decideReplicas(spec, 8, busy(3), state, t0);
-    expect(d).toMatchObject({ desired: 4, limitedBy: 'downstream' });
+    expect(d).toMatchObject({ desired: 6, limitedBy: 'downstream' }); // floor(8 × 0.75)
     expect(d.message).toMatch(
       /dependency is throttling \(3\.0\/s\), so the cap was lowered from 8/,
     );
     state = d.state;
-    d = decideReplicas(spec, 4, busy(3), state, t0 + 10_000); // within the period: no second halving
+    d = decideReplicas(spec, 6, busy(3), state, t0 + 10_000); // within the period: no second cut
+    expect(d.desired).toBe(6);
+    state = d.state;
+    d = decideReplicas(spec, 6, busy(3), state, t0 + 31_000);
     expect(d.desired).toBe(4);
     state = d.state;
-    d = decideReplicas(spec, 4, busy(3), state, t0 + 31_000);
-    expect(d.desired).toBe(2);
-    state = d.state;
-    d = decideReplicas(spec, 2, busy(0), state, t0 + 62_000);
-    expect(d.desired).toBe(3);
+    d = decideReplicas(spec, 4, busy(0), state, t0 + 62_000);
+    expect(d.desired).toBe(5);
     state = d.state;
     for (let i = 1; i <= 6; i++)
       state = decideReplicas(spec, 3, busy(0), state, t0 + 62_000 + i * 31_000).state;
