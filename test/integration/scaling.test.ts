@@ -389,3 +389,42 @@ describe('Prometheus down', () => {
     expect(await replicas()).toBe(2);
   });
 });
+
+describe('scale to zero', () => {
+  it('an empty queue with minReplicas 0 goes to zero after the window; the first message wakes it', async () => {
+    await secrets();
+    await backlog('mail.zero', 1, 0);
+    await jobWorker('mail.zero', {
+      minReplicas: 0,
+      maxReplicas: 5,
+      targetOldestAgeSeconds: 10,
+      scaleDownStabilizationSeconds: 3,
+    });
+    await eventually(
+      'one replica for the waiting message',
+      async () => ((await replicas()) === 1 ? true : undefined),
+      30_000,
+    );
+
+    await rabbit.mgmt.request(
+      'DELETE',
+      `/queues/${encodeURIComponent(rabbit.vhost)}/mail.zero/contents`,
+    );
+    const idle = await eventually(
+      'zero replicas',
+      async () => {
+        const j = await jw();
+        return (await replicas()) === 0 && j.status?.desiredReplicas === 0 ? j : undefined;
+      },
+      30_000,
+    );
+    expect(idle.status.queueDepth).toBe(0);
+    expect(idle.status.conditions.find((c: any) => c.type === 'Available')).toMatchObject({
+      status: 'True',
+      reason: 'ScaledToZero',
+    });
+
+    await backlog('mail.zero', 1, 0);
+    await eventually('woken', async () => ((await replicas()) === 1 ? true : undefined), 30_000);
+  });
+});
