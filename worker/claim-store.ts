@@ -109,8 +109,17 @@ export class ClaimStore {
     const row = rows[0];
     if (!row) {
       // The row was inserted by a concurrent claim after this statement's
-      // snapshot: someone else holds it right now.
-      return { outcome: 'held', until: null, attempts: 0 };
+      // snapshot: someone else holds it right now. A second read (rare: only
+      // on this race) learns until when, so the retry waits out the lease.
+      const { rows: peeked } = await this.pool.query<{
+        state: string;
+        attempts: number;
+        lease_until: Date | null;
+      }>(named('peek', [key]));
+      const p = peeked[0];
+      if (p?.state === 'completed')
+        return { outcome: 'completed', result: undefined, attempts: p.attempts };
+      return { outcome: 'held', until: p?.lease_until ?? null, attempts: p?.attempts ?? 0 };
     }
     switch (row.outcome) {
       case 'new':
