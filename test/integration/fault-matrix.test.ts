@@ -55,7 +55,7 @@ async function worker(env: Record<string, string> = {}): Promise<WorkerProc> {
     proc.once('exit', (code, signal) => r({ code, signal })),
   );
   const line = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: proc.stdout! }).once('line', resolve);
+    createInterface({ input: proc.stdout }).once('line', resolve);
     void exited.then(({ code, signal }) =>
       reject(new Error(`worker exited before it was ready: ${code ?? signal}`)),
     );
