@@ -294,14 +294,16 @@ async function recordCompletion(
   owner: string,
   result: unknown,
 ): Promise<boolean> {
-  const deadline = d.now() + (d.leaseSeconds * 1000) / 2;
+  // Keep trying for most of the lease: until it runs out, no one else may run
+  // this key, so a store blip shorter than that costs no second effect.
+  const deadline = d.now() + d.leaseSeconds * 1000 * 0.9;
   for (let attempt = 0; ; attempt++) {
     try {
       return await d.store.complete(key, owner, result);
     } catch (err) {
-      if (!isStoreError(err) || d.now() + 500 * 2 ** attempt > deadline)
-        throw new StoreUnavailable(String(err));
-      await new Promise((r) => setTimeout(r, 500 * 2 ** Math.min(attempt, 4)));
+      const wait = Math.min(2000, 250 * 2 ** attempt);
+      if (!isStoreError(err) || d.now() + wait > deadline) throw new StoreUnavailable(String(err));
+      await new Promise((r) => setTimeout(r, wait));
     }
   }
 }

@@ -159,6 +159,7 @@ describe('fault matrix', () => {
     proxies.push(proxy);
     await worker({
       JOBFLEET_CLAIMS_URL: viaProxy(h.db.url, proxy),
+      JOBFLEET_TEST_EFFECTS_URL: h.db.url,
       JOBFLEET_TEST_HANDLER_MS: '50',
     });
     const keys: string[] = [];
