@@ -188,11 +188,7 @@ describe('fault matrix', () => {
 
   it('6. broker connection dropped mid-handler: redelivery, one effect', async () => {
     const w = await worker({ JOBFLEET_TEST_HANDLER_MS: '4000' });
-    const { key } = await h.job('f6');
-    await eventually('running', async () =>
-      (await h.claim(key))?.state === 'running' ? true : undefined,
-    );
-    // The management API lists a connection a few seconds after it opens.
+    // The management API lists a connection a few seconds after it opens: find it first.
     const ownPort = (h.conn.connection as unknown as { stream: { localPort: number } }).stream
       .localPort;
     const theirs = await eventually(
@@ -206,6 +202,10 @@ describe('fault matrix', () => {
         return mine.length ? mine : undefined;
       },
       15_000,
+    );
+    const { key } = await h.job('f6');
+    await eventually('running', async () =>
+      (await h.claim(key))?.state === 'running' ? true : undefined,
     );
     expect((await h.claim(key))?.state).toBe('running'); // still mid-handler
     for (const c of theirs)
