@@ -8,6 +8,7 @@ import amqp from 'amqplib';
 import pg from 'pg';
 import pino from 'pino';
 import { ClaimStore } from '../worker/claim-store.js';
+import { SQL } from '../worker/claims-sql.js';
 import { createWorker, publish } from '../worker/index.js';
 import { createSchema } from '../test/ground/postgres.js';
 import { createVhost } from '../test/ground/rabbit.js';
@@ -137,6 +138,46 @@ async function claimLatency(pgUrl: string, existing: number, samples: number) {
   }
 }
 
+/**
+ * claim + record with 16 concurrent callers, as unnamed statements (planned on
+ * every call) and as the named ones ClaimStore uses: side by side, one schema.
+ */
+async function namedVsUnnamed(
+  pgUrl: string,
+  n: number,
+): Promise<{ unnamed: number; named: number }> {
+  const db = await createSchema(pgUrl);
+  const pool = new pg.Pool({ connectionString: db.url, max: 18 });
+  try {
+    await new ClaimStore(pool).migrate();
+    const run = async (named: boolean) => {
+      let i = 0;
+      const t0 = performance.now();
+      await Promise.all(
+        Array.from({ length: 16 }, async () => {
+          while (i < n) {
+            const key = `${named}:${i++}`;
+            const owner = crypto.randomUUID();
+            const q = (name: 'claim' | 'complete', values: unknown[]) =>
+              pool.query(
+                named
+                  ? { name: `bench_${name}`, text: SQL[name], values }
+                  : { text: SQL[name], values },
+              );
+            await q('claim', [key, owner, 60, 'j', 't']);
+            await q('complete', [key, owner, 'null']);
+          }
+        }),
+      );
+      return (n / (performance.now() - t0)) * 1000;
+    };
+    return { unnamed: await run(false), named: await run(true) };
+  } finally {
+    await pool.end();
+    await db.cleanup();
+  }
+}
+
 export interface ThroughputRow {
   prefetch: number;
   rawPerSec: number;
@@ -149,6 +190,7 @@ export async function runWorkerBench(): Promise<{
   jobs: number;
   rows: ThroughputRow[];
   claims: Array<{ existing: number; p50: number; p99: number }>;
+  statements: { unnamed: number; named: number };
 }> {
   const rows: ThroughputRow[] = [];
   for (const prefetch of [1, 16, 64]) {
@@ -184,5 +226,9 @@ export async function runWorkerBench(): Promise<{
       `claim latency with ${existing} rows: p50 ${r.p50.toFixed(2)} ms, p99 ${r.p99.toFixed(2)} ms`,
     );
   }
-  return { jobs: JOBS, rows, claims };
+  const statements = await namedVsUnnamed(urls.pgUrl, JOBS);
+  console.error(
+    `claim+record, 16 concurrent: unnamed ${statements.unnamed.toFixed(0)}/s, named ${statements.named.toFixed(0)}/s`,
+  );
+  return { jobs: JOBS, rows, claims, statements };
 }

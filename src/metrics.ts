@@ -24,18 +24,6 @@ export function operatorMetrics(registry = new client.Registry()) {
       labelNames,
       registers: r,
     }),
-    rolloutBlocked: new client.Gauge({
-      name: 'jobfleet_rollout_blocked',
-      help: '1 while a rollout is blocked',
-      labelNames,
-      registers: r,
-    }),
-    deadLetterOldestAge: new client.Gauge({
-      name: 'jobfleet_dead_letter_oldest_age_seconds',
-      help: 'Age of the oldest quarantined dead letter',
-      labelNames,
-      registers: r,
-    }),
     reconcileDuration: new client.Histogram({
       name: 'jobfleet_reconcile_duration_seconds',
       help: 'Reconcile duration',

@@ -51,6 +51,9 @@ export interface DeliveryDeps {
   maxMessageBytes: number;
   initialDelayMs: number;
   maxDelayMs: number;
+  /** the job types with a handler (the keys of `handlers`) */
+  types: ReadonlySet<string>;
+  /** delay tier (ms) → its queue, shortest first */
   tiers: ReadonlyMap<number, string>;
   deadLetterOwner: string | null;
   revision: string | null;
@@ -120,7 +123,7 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResul
   if (msg.fields.redelivered) d.metrics.redeliveries.inc();
   const decoded = decodeDelivery(msg.content, {
     maxBytes: d.maxMessageBytes,
-    types: new Set(d.handlers.keys()),
+    types: d.types,
     contract: d.contract,
   });
   if (decoded.ok || decoded.partial?.schemaVersion !== undefined) {
@@ -382,8 +385,7 @@ async function publishDelayed(
   delayMs: number,
   extraHeaders: Record<string, unknown>,
 ): Promise<void> {
-  const tiers = [...d.tiers.keys()].sort((a, b) => a - b);
-  const tier = tierFor(tiers, delayMs);
+  const tier = tierFor([...d.tiers.keys()], delayMs);
   const due = d.now() + delayMs;
   await d.publish(d.tiers.get(tier) as string, msg.content, {
     ...copyProps(msg.properties),

@@ -115,6 +115,7 @@ class QueueWorker implements Worker {
   /** aborts every wait loop once stop() begins */
   private readonly stopping = new AbortController();
   private readonly inflight = new Map<ConsumeMessage, InFlight>();
+  private readonly shared: ReturnType<QueueWorker['staticDeps']>;
   private conn: ChannelModel | undefined;
   private channel: ConfirmChannel | undefined;
   private consumerTag: string | undefined;
@@ -154,6 +155,7 @@ class QueueWorker implements Worker {
       this.log.warn({ err: compactReason(err.message) }, 'claim store connection error'),
     );
     this.store = new ClaimStore(pool);
+    this.shared = this.staticDeps();
   }
 
   get port(): number | undefined {
@@ -304,8 +306,40 @@ class QueueWorker implements Worker {
     );
   }
 
-  private deps(ch: ConfirmChannel, entry: InFlight): DeliveryDeps {
+  /** What every delivery shares, computed once rather than per message. */
+  private staticDeps(): Omit<
+    DeliveryDeps,
+    'claimed' | 'publish' | 'ack' | 'requeue' | 'storeDown'
+  > {
     const c = this.config;
+    const handlers = new Map(Object.entries(this.opts.handlers));
+    return {
+      queue: c.queue,
+      deadLetterQueue: c.deadLetterQueue,
+      contract: this.opts.contract,
+      handlers,
+      types: new Set(handlers.keys()),
+      mode: this.opts.mode ?? 'external',
+      store: this.store,
+      leaseSeconds: c.leaseSeconds,
+      maxAttempts: c.maxAttempts,
+      maxMessageBytes: c.maxMessageBytes,
+      initialDelayMs: c.initialDelaySeconds * 1000,
+      maxDelayMs: c.maxDelaySeconds * 1000,
+      // topology() lists the tiers shortest first
+      tiers: new Map([...this.topo.tiers].map(([ms, q]) => [ms, q.name])),
+      deadLetterOwner: c.deadLetterOwner ?? null,
+      revision: c.revision ?? null,
+      drainSignal: this.drain.signal,
+      metrics: this.metrics,
+      log: this.log,
+      now: this.now,
+      random: this.random,
+      fault: faultHook,
+    };
+  }
+
+  private deps(ch: ConfirmChannel, entry: InFlight): DeliveryDeps {
     const safe = (what: string, fn: () => void) => {
       try {
         fn();
@@ -314,25 +348,11 @@ class QueueWorker implements Worker {
         this.log.warn({ err: compactReason((err as Error).message) }, `could not ${what}`);
       }
     };
-    const tiers = new Map([...this.topo.tiers].map(([ms, q]) => [ms, q.name]));
     return {
-      queue: c.queue,
-      deadLetterQueue: c.deadLetterQueue,
-      contract: this.opts.contract,
-      handlers: new Map(Object.entries(this.opts.handlers)),
-      mode: this.opts.mode ?? 'external',
-      store: this.store,
+      ...this.shared,
       claimed: (key, owner) => {
         entry.claim = { key, owner };
       },
-      leaseSeconds: c.leaseSeconds,
-      maxAttempts: c.maxAttempts,
-      maxMessageBytes: c.maxMessageBytes,
-      initialDelayMs: c.initialDelaySeconds * 1000,
-      maxDelayMs: c.maxDelaySeconds * 1000,
-      tiers,
-      deadLetterOwner: c.deadLetterOwner ?? null,
-      revision: c.revision ?? null,
       publish: (queue, content, props) =>
         new Promise<void>((resolve, reject) => {
           try {
@@ -346,12 +366,6 @@ class QueueWorker implements Worker {
       ack: (msg) => safe('ack', () => ch.ack(msg)),
       requeue: (msg) => safe('requeue', () => ch.nack(msg, false, true)),
       storeDown: (err) => this.onStoreDown(err),
-      drainSignal: this.drain.signal,
-      metrics: this.metrics,
-      log: this.log,
-      now: this.now,
-      random: this.random,
-      fault: faultHook,
     };
   }
 

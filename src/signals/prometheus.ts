@@ -1,12 +1,10 @@
 // Fleet signals from Prometheus: how often the dependency throttles the
-// workers, and how much they hold in flight. Worker series carry the
+// workers — the input of the downstream cap's AIMD. Worker series carry the
 // `namespace` and `jobworker` labels (added by the scrape config: the chart's
 // PodMonitor copies them from the pod).
 export interface FleetSignals {
   /** throttled responses per second, fleet-wide */
   throttleRate: number;
-  /** handlers running now, fleet-wide */
-  inflight: number;
 }
 
 export class PrometheusError extends Error {
@@ -23,7 +21,6 @@ export function fleetQueries(
   const sel = `{namespace=${q(namespace)},jobworker=${q(jobworker)}}`;
   return {
     throttleRate: `sum(rate(jobfleet_downstream_throttled_total${sel}[1m]))`,
-    inflight: `sum(jobfleet_inflight${sel})`,
   };
 }
 
@@ -50,10 +47,11 @@ export async function fetchFleetSignals(
   jobworker: string,
   timeoutMs = 5000,
 ): Promise<FleetSignals> {
-  const queries = fleetQueries(namespace, jobworker);
-  const [throttleRate, inflight] = await Promise.all([
-    instant(baseUrl, queries.throttleRate, timeoutMs),
-    instant(baseUrl, queries.inflight, timeoutMs),
-  ]);
-  return { throttleRate, inflight };
+  return {
+    throttleRate: await instant(
+      baseUrl,
+      fleetQueries(namespace, jobworker).throttleRate,
+      timeoutMs,
+    ),
+  };
 }

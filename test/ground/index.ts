@@ -7,7 +7,7 @@ import { createSchema, type PgSchema } from './postgres.js';
 import { createVhost, type RabbitVhost } from './rabbit.js';
 import type { Missing } from './services.js';
 
-function require(service: keyof Missing) {
+function need(service: keyof Missing) {
   const ground = inject('ground');
   const problem = ground.missing[service];
   if (problem) throw new Error(problem);
@@ -15,19 +15,19 @@ function require(service: keyof Missing) {
 }
 
 export function useRabbit(): Promise<RabbitVhost> {
-  const g = require('rabbitmq');
+  const g = need('rabbitmq');
   return createVhost(g.amqpUrl, g.rabbitMgmtUrl);
 }
 
 export function usePostgres(): Promise<PgSchema> {
-  const g = require('postgres');
+  const g = need('postgres');
   return createSchema(g.pgUrl);
 }
 
 export function useKube(): Promise<
   TestNamespace & { runsWorkloads: boolean; kubeconfigPath: string }
 > {
-  const g = require('kube');
+  const g = need('kube');
   return createNamespace(g.kubeconfigPath).then((ns) => ({
     ...ns,
     runsWorkloads: g.runsWorkloads,

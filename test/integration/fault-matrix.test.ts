@@ -1,12 +1,11 @@
 // The fault matrix (issue 4): workers as separate OS processes, killed,
 // stopped, cut off and signalled at named points, on real RabbitMQ and
 // PostgreSQL. Business effects are counted in the table the handler writes.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
+import type { ChildProcess } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { repoRoot } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 import { startTcpProxy, viaProxy, type TcpProxy } from '../ground/tcp-proxy.js';
+import { spawnEffectWorker, type WorkerProcess } from '../fixtures/spawn-effect-worker.js';
 import { QUEUE, harness, type Harness } from './worker-harness.js';
 
 let h: Harness;
@@ -26,52 +25,19 @@ afterEach(async () => {
   await h?.cleanup();
 });
 
-interface WorkerProc {
-  proc: ChildProcess;
-  port: number;
-  metric(name: string, labels?: Record<string, string>): Promise<number>;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-async function worker(env: Record<string, string> = {}): Promise<WorkerProc> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/effect-worker.ts'], {
-    cwd: repoRoot,
-    env: {
-      ...process.env,
-      LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'silent',
-      JOBFLEET_QUEUE: QUEUE,
-      JOBFLEET_BROKER_URL: h.rabbit.amqpUrl,
-      JOBFLEET_CLAIMS_URL: h.db.url,
-      JOBFLEET_METRICS_PORT: '0',
-      JOBFLEET_INITIAL_DELAY_SECONDS: '1',
-      JOBFLEET_MAX_DELAY_SECONDS: '4',
-      JOBFLEET_LEASE_SECONDS: '5',
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'inherit'],
+/** An effect worker on this test's vhost and schema: 5 s lease, retry delays 1–4 s. */
+async function worker(env: Record<string, string> = {}): Promise<WorkerProcess> {
+  const w = await spawnEffectWorker({
+    JOBFLEET_QUEUE: QUEUE,
+    JOBFLEET_BROKER_URL: h.rabbit.amqpUrl,
+    JOBFLEET_CLAIMS_URL: h.db.url,
+    JOBFLEET_INITIAL_DELAY_SECONDS: '1',
+    JOBFLEET_MAX_DELAY_SECONDS: '4',
+    JOBFLEET_LEASE_SECONDS: '5',
+    ...env,
   });
-  procs.push(proc);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
-    proc.once('exit', (code, signal) => r({ code, signal })),
-  );
-  const line = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: proc.stdout }).once('line', resolve);
-    void exited.then(({ code, signal }) =>
-      reject(new Error(`worker exited before it was ready: ${code ?? signal}`)),
-    );
-  });
-  const { port } = JSON.parse(line) as { port: number };
-  const metric = async (name: string, labels: Record<string, string> = {}) => {
-    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-    return text
-      .split('\n')
-      .filter(
-        (l) =>
-          l.startsWith(name) && Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)),
-      )
-      .reduce((s, l) => s + Number(l.split(' ').at(-1)), 0);
-  };
-  return { proc, port, metric, exited };
+  procs.push(w.proc);
+  return w;
 }
 
 const effects = (key: string) => h.effects(key);
@@ -87,6 +53,8 @@ describe('fault matrix', () => {
     const doomed = await worker({ JOBFLEET_FAULT: 'after-record' });
     const { key } = await h.job('f1');
     expect((await doomed.exited).signal).toBe('SIGKILL');
+    expect(await h.claim(key)).toMatchObject({ state: 'completed' });
+    expect(await h.messages(QUEUE)).toBe(1); // unacked: back in the queue
     const next = await worker();
     await eventually('the duplicate', async () =>
       (await next.metric('jobfleet_jobs_total', { outcome: 'duplicate' })) === 1 ? true : undefined,
@@ -242,7 +210,7 @@ describe('fault matrix', () => {
     expect((await w.exited).code).toBe(0);
     expect(Date.now() - t0).toBeLessThan(2000 + 5000);
     expect(await h.claim(quick.key)).toMatchObject({ state: 'completed' });
-    expect(await h.claim(slow.key)).toMatchObject({ state: 'released' });
+    expect(await h.claim(slow.key)).toMatchObject({ state: 'released', attempts: 0 }); // attempt refunded
     expect(await h.messages(QUEUE)).toBe(1);
     // The slow one finishes elsewhere (quickly, this time), once.
     await h.db.pool.query(`delete from effects where key = $1`, [slow.key]); // the aborted run's partial effect
@@ -252,6 +220,7 @@ describe('fault matrix', () => {
       async () => ((await h.claim(slow.key))?.state === 'completed' ? true : undefined),
       60_000,
     );
+    expect(await h.claim(slow.key)).toMatchObject({ attempts: 1 }); // the drained run did not count
     expect(await effects(quick.key)).toBe(1);
   });
 

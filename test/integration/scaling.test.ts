@@ -9,8 +9,8 @@ import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import { startOperator, type Operator } from '../../src/operator.js';
 import { publish } from '../../worker/index.js';
 import { eventually } from '../ground/eventually.js';
-import { spawn } from 'node:child_process';
-import { freePort, repoRoot } from '../ground/control-plane.js';
+import { createEffectsTable, spawnEffectWorker } from '../fixtures/spawn-effect-worker.js';
+import { freePort } from '../ground/control-plane.js';
 import { startPrometheus } from '../ground/prometheus.js';
 import { useKube, usePostgres, useRabbit, type RabbitVhost } from '../ground/index.js';
 
@@ -115,6 +115,19 @@ const replicas = async () =>
       'mailer',
     )
   )?.spec.replicas ?? -1;
+/** Waits for ScalingActive=False (a signal could not be read) and returns the JobWorker. */
+const scalingInactive = () =>
+  eventually(
+    'ScalingActive=False',
+    async () => {
+      const x = await jw();
+      return x.status?.conditions?.find((c: any) => c.type === 'ScalingActive')?.status === 'False'
+        ? x
+        : undefined;
+    },
+    30_000,
+  );
+
 const jw = () =>
   client.get<KubeObject & { status?: any }>(
     'jobfleet.dev/v1alpha1',
@@ -170,25 +183,16 @@ describe('scaling on the age of the oldest message', () => {
 
     // Real workers drain the backlog; the scale-down waits out the 6 s window, then goes to the minimum.
     const db = await usePostgres();
-    await db.pool.query(
-      'create table effects (id bigserial primary key, key text not null, attempt int, at timestamptz not null default clock_timestamp())',
-    );
-    const worker = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/effect-worker.ts'], {
-      cwd: repoRoot,
-      env: {
-        ...process.env,
-        LOG_LEVEL: 'silent',
-        JOBFLEET_QUEUE: 'mail.send',
-        JOBFLEET_BROKER_URL: rabbit.amqpUrl,
-        JOBFLEET_CLAIMS_URL: db.url,
-        JOBFLEET_METRICS_PORT: '0',
-        JOBFLEET_TEST_TYPE: 'send',
-        JOBFLEET_TEST_KEY_RULE: 'mail:{id}',
-      },
-      stdio: 'ignore',
+    await createEffectsTable(db.pool);
+    const worker = await spawnEffectWorker({
+      JOBFLEET_QUEUE: 'mail.send',
+      JOBFLEET_BROKER_URL: rabbit.amqpUrl,
+      JOBFLEET_CLAIMS_URL: db.url,
+      JOBFLEET_TEST_TYPE: 'send',
+      JOBFLEET_TEST_KEY_RULE: 'mail:{id}',
     });
     cleanups.push(async () => {
-      worker.kill('SIGKILL');
+      worker.proc.kill('SIGKILL');
       await db.cleanup();
     });
     await eventually(
@@ -235,17 +239,7 @@ describe('scaling on the age of the oldest message', () => {
     await eventually('scaled up', async () => ((await replicas()) > 1 ? true : undefined), 60_000);
 
     await secrets('http://guest:wrong@127.0.0.1:15672'); // wrong credentials
-    const j = await eventually(
-      'ScalingActive=False',
-      async () => {
-        const x = await jw();
-        return x.status?.conditions?.find((c: any) => c.type === 'ScalingActive')?.status ===
-          'False'
-          ? x
-          : undefined;
-      },
-      30_000,
-    );
+    const j = await scalingInactive();
     expect(j.status.scaling.limitedBy).toBe('signalMissing');
     expect(j.status.scaling.message).toMatch(/refused the credentials/);
     expect(JSON.stringify(j.status)).not.toContain('wrong'); // no secret in status
@@ -300,23 +294,18 @@ describe('a throttled dependency', () => {
     await conn.close();
 
     // Two worker processes whose every call is answered 429 after 300 ms.
-    const ports = [await freePort(), await freePort()];
-    const workers = ports.map((port) =>
-      spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/effect-worker.ts'], {
-        cwd: repoRoot,
-        env: {
-          ...process.env,
-          LOG_LEVEL: 'silent',
+    const workers = await Promise.all(
+      [1, 2].map(() =>
+        spawnEffectWorker({
           JOBFLEET_QUEUE: queue,
           JOBFLEET_BROKER_URL: rabbit.amqpUrl,
           JOBFLEET_CLAIMS_URL: db.url,
-          JOBFLEET_METRICS_PORT: String(port),
           JOBFLEET_TEST_THROTTLE: '1',
           JOBFLEET_TEST_HANDLER_MS: '300',
-        },
-        stdio: 'ignore',
-      }),
+        }),
+      ),
     );
+    const ports = workers.map((w) => w.port);
     const prom = await startPrometheus(
       ports.map((port) => ({ port, labels: { namespace: ns.namespace, jobworker: 'mailer' } })),
     );
@@ -354,7 +343,7 @@ describe('a throttled dependency', () => {
         20_000,
       );
     } finally {
-      for (const w of workers) w.kill('SIGKILL');
+      for (const w of workers) w.proc.kill('SIGKILL');
       await prom.stop();
       await db.cleanup();
     }
@@ -371,17 +360,7 @@ describe('Prometheus down', () => {
       targetOldestAgeSeconds: 10,
       prometheusUrl: `http://127.0.0.1:${await freePort()}`,
     });
-    const j = await eventually(
-      'ScalingActive=False',
-      async () => {
-        const x = await jw();
-        return x.status?.conditions?.find((c: any) => c.type === 'ScalingActive')?.status ===
-          'False'
-          ? x
-          : undefined;
-      },
-      30_000,
-    );
+    const j = await scalingInactive();
     expect(j.status.scaling).toMatchObject({ limitedBy: 'signalMissing' });
     expect(j.status.scaling.message).toMatch(
       /^Holding 2 replicas: Prometheus unreachable at 127\.0\.0\.1:\d+ \(ECONNREFUSED\)\.$/,

@@ -12,6 +12,7 @@ import {
   type Worker,
   type WorkerOptions,
 } from '../../worker/index.js';
+import { createEffectsTable } from '../fixtures/spawn-effect-worker.js';
 import { eventually } from '../ground/eventually.js';
 import { usePostgres, useRabbit, type PgSchema, type RabbitVhost } from '../ground/index.js';
 
@@ -44,9 +45,7 @@ export interface Harness {
 export async function harness(): Promise<Harness> {
   const rabbit = await useRabbit();
   const db = await usePostgres();
-  await db.pool.query(
-    `create table effects (id bigserial primary key, key text not null, attempt int, at timestamptz not null default clock_timestamp())`,
-  );
+  await createEffectsTable(db.pool);
   const conn = await amqp.connect(rabbit.amqpUrl);
   const ch = await conn.createConfirmChannel();
   await ch.assertQueue(QUEUE, { durable: true });
