@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: test test-unit test-integration lint typecheck build bench demo control-plane clean deps crds
+.PHONY: test test-unit test-integration lint typecheck build bench chaos demo control-plane clean deps crds
 
 node_modules: package-lock.json
 	npm ci
@@ -44,6 +44,11 @@ control-plane:
 ## bench: benchmarks into bench/RESULTS.md (BENCH=worker runs one)
 bench: node_modules
 	node --import tsx bench/run.ts
+
+## chaos: the soak — 10,000 jobs, 3 workers SIGKILLed at random, a broker drop, a PostgreSQL
+## backend termination; verify must pass; twice; figures into bench/RESULTS.md (minutes)
+chaos: node_modules
+	node --import tsx bench/chaos.ts --write $(CHAOS_ARGS)
 
 demo: node_modules
 	@echo "make demo: not yet — the end-to-end demo lands with the packaging issue (Helm chart, example worker)."

@@ -36,6 +36,17 @@ export interface DeadLetterRecord {
   claimOwner: string | null;
 }
 
+/** An acknowledged delivery whose ack needed a durable record (see jobfleet_acks). */
+export interface AckEntry {
+  deliveryId: string;
+  jobId: string | null;
+  key: string | null;
+  outcome: 'completed' | 'duplicate' | 'retried' | 'dead_lettered';
+  attempt: number;
+  /** ms since the epoch */
+  ackedAt: number;
+}
+
 interface ClaimRow {
   outcome: string;
   attempts: number;
@@ -68,6 +79,12 @@ export class ClaimStore {
   /** Applies pending migrations; safe when several workers start at once. */
   async migrate(): Promise<number[]> {
     const client = await this.pool.connect();
+    let broken: Error | undefined;
+    // a backend killed between queries emits 'error': heard here, failed by the next query
+    const onError = (err: Error) => {
+      broken = err;
+    };
+    client.on('error', onError);
     try {
       await client.query('begin');
       await client.query('select pg_advisory_xact_lock($1)', [LOCK_ID]);
@@ -86,9 +103,11 @@ export class ClaimStore {
       return applied;
     } catch (err) {
       await client.query('rollback').catch(() => undefined);
+      broken ??= err as Error;
       throw err;
     } finally {
-      client.release();
+      client.off('error', onError);
+      client.release(broken);
     }
   }
 
@@ -203,8 +222,24 @@ export class ClaimStore {
 
   /** Deletes completed claims older than the retention, one index-ordered batch. */
   async sweepCompleted(retentionSeconds: number, batch = 1000): Promise<number> {
-    return (
-      (await this.pool.query(named('sweepCompleted', [retentionSeconds, batch]))).rowCount ?? 0
+    const { rows } = await this.pool.query<{ swept: number }>(
+      named('sweepCompleted', [retentionSeconds, batch]),
+    );
+    return rows[0]?.swept ?? 0;
+  }
+
+  /** Appends acknowledged deliveries to the ack journal, many in one statement. */
+  async journalAcks(entries: readonly AckEntry[]): Promise<void> {
+    if (entries.length === 0) return;
+    await this.pool.query(
+      named('journalAcks', [
+        entries.map((e) => e.deliveryId),
+        entries.map((e) => e.jobId),
+        entries.map((e) => e.key),
+        entries.map((e) => e.outcome),
+        entries.map((e) => e.attempt),
+        entries.map((e) => e.ackedAt),
+      ]),
     );
   }
 

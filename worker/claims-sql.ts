@@ -51,6 +51,25 @@ create table jobfleet_dead_letters (
 create index jobfleet_dead_letters_quarantined on jobfleet_dead_letters (dead_lettered_at) where status = 'quarantined';
 `,
   },
+  {
+    version: 2,
+    sql: `
+-- The ack journal: one row per acknowledged delivery that needed a record,
+-- written after the ack (in batches). It is evidence for \`jobfleet verify\`
+-- ("every acked delivery has a durable terminal record"), never the record.
+create table jobfleet_acks (
+  id          bigserial primary key,
+  delivery_id text not null,
+  job_id      text,
+  key         text,
+  outcome     text not null,
+  attempt     integer not null,
+  acked_at    timestamptz not null
+);
+-- the claim sweep deletes a key's journal rows with the key
+create index jobfleet_acks_key on jobfleet_acks (key);
+`,
+  },
 ];
 
 export const LOCK_ID = 0x6a6f62666c; // "jobfl": serialises migrations across workers
@@ -150,13 +169,29 @@ with dl as (
 )
 select (select id from dl) as id, (select count(*) from claim)::int as claim_updated`,
 
-  /** $1 retention seconds, $2 batch size. Uses the partial index on completed_at. */
+  /**
+   * $1 retention seconds, $2 batch size. Uses the partial index on
+   * completed_at; a swept key's journal rows go with it, so that verify never
+   * looks for a record that retention removed on purpose.
+   */
   sweepCompleted: `
-delete from jobfleet_claims
-where key in (
-  select key from jobfleet_claims
-  where state = 'completed' and completed_at < now() - make_interval(secs => $1)
-  order by completed_at
-  limit $2
-)`,
+with swept as (
+  delete from jobfleet_claims
+  where key in (
+    select key from jobfleet_claims
+    where state = 'completed' and completed_at < now() - make_interval(secs => $1)
+    order by completed_at
+    limit $2
+  )
+  returning key
+), journal as (
+  delete from jobfleet_acks where key in (select key from swept)
+)
+select count(*)::int as swept from swept`,
+
+  /** $1..$6: parallel arrays of delivery id, job id, key, outcome, attempt, acked-at (ms). */
+  journalAcks: `
+insert into jobfleet_acks (delivery_id, job_id, key, outcome, attempt, acked_at)
+select d, j, k, o, a, to_timestamp(t / 1000.0)
+from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[]) as x(d, j, k, o, a, t)`,
 } as const;

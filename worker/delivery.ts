@@ -9,7 +9,7 @@ import type { ConsumeMessage, MessageProperties } from 'amqplib';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { retryDelayMs, tierFor } from './backoff.js';
-import type { ClaimStore } from './claim-store.js';
+import type { AckEntry, ClaimStore } from './claim-store.js';
 import type { Contract } from './contract.js';
 import { compactReason, decodeDelivery, type Envelope, type FailureClass } from './envelope.js';
 import { Permanent, Throttled } from './errors.js';
@@ -59,7 +59,8 @@ export interface DeliveryDeps {
   revision: string | null;
   /** publishes with a publisher confirm; rejects when the broker refuses or the channel dies */
   publish(queue: string, content: Buffer, props: Partial<MessageProperties>): Promise<void>;
-  ack(msg: ConsumeMessage): void;
+  /** acks; `journal` (for acks that needed a durable record) goes to the ack journal */
+  ack(msg: ConsumeMessage, journal?: Omit<AckEntry, 'ackedAt'>): void;
   /** returns the delivery to the broker unacked (requeue) */
   requeue(msg: ConsumeMessage): void;
   /** the claim store failed: stop consuming until it answers again */
@@ -83,6 +84,25 @@ const numberHeader = (msg: ConsumeMessage, name: string): number | undefined => 
   const n = typeof v === 'number' ? v : typeof v === 'string' ? Number(v) : NaN;
   return Number.isFinite(n) ? n : undefined;
 };
+
+/** The broker message id, else the job id, else the body's hash: what ties a dead letter to its ack. */
+function deliveryIdOf(msg: ConsumeMessage, env: Partial<Envelope>, payloadHash?: string): string {
+  const id = msg.properties.messageId as string | undefined;
+  return (
+    id ??
+    env.id ??
+    `sha256:${payloadHash ?? createHash('sha256').update(msg.content).digest('hex')}`
+  );
+}
+
+function journal(
+  msg: ConsumeMessage,
+  env: Envelope,
+  outcome: AckEntry['outcome'],
+  attempt: number,
+): Omit<AckEntry, 'ackedAt'> {
+  return { deliveryId: deliveryIdOf(msg, env), jobId: env.id, key: env.key, outcome, attempt };
+}
 
 /** Thrown when a durable record cannot be written: the delivery goes back unacked. */
 class StoreUnavailable extends Error {}
@@ -113,7 +133,7 @@ function isStoreError(err: unknown): boolean {
   if (typeof e.code === 'string' && /^(08|57|53|XX)/.test(e.code)) return true;
   return (
     typeof e.message === 'string' &&
-    /(ECONNREFUSED|ECONNRESET|terminat|Connection terminated|timeout exceeded when trying to connect|connect ETIMEDOUT)/i.test(
+    /(ECONNREFUSED|ECONNRESET|terminat|not queryable|Connection terminated|timeout exceeded when trying to connect|connect ETIMEDOUT)/i.test(
       e.message,
     )
   );
@@ -159,7 +179,7 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResul
       // The same operation already reached its end: one business effect.
       d.metrics.jobs.inc({ type: env.type, outcome: 'duplicate' });
       d.fault('before-ack');
-      d.ack(msg);
+      d.ack(msg, journal(msg, env, 'duplicate', claim.attempts));
       return 'duplicate';
     case 'held':
       d.metrics.claimConflicts.inc();
@@ -235,11 +255,18 @@ async function run(
   const started = d.now();
   d.metrics.inflight.inc();
   let tx: pg.PoolClient | undefined;
+  // A checked-out client whose backend dies emits 'error' between queries;
+  // unheard, that event would crash the process. The next query fails anyway.
+  let txBroken: Error | undefined;
+  const onTxError = (err: Error) => {
+    txBroken = err;
+  };
   try {
     let result: unknown;
     let recorded: boolean;
     if (d.mode === 'transactional') {
       tx = await d.store.pool.connect();
+      tx.on('error', onTxError);
       await tx.query('begin');
       // Renewing inside the transaction takes the claim row's lock: no
       // takeover can happen until we commit or roll back, however long the
@@ -266,12 +293,15 @@ async function run(
     d.fault('after-record');
     d.metrics.jobs.inc({ type: env.type, outcome: 'completed' });
     d.fault('before-ack');
-    d.ack(msg);
+    d.ack(msg, journal(msg, env, 'completed', attempt));
     return 'completed';
   } catch (err) {
     d.metrics.handlerDuration.observe({ type: env.type }, (d.now() - started) / 1000);
     if (tx) await tx.query('rollback').catch(() => undefined);
-    if (err instanceof StoreUnavailable || isStoreError(err)) throw err;
+    if (err instanceof StoreUnavailable || isStoreError(err)) {
+      txBroken ??= err as Error;
+      throw err;
+    }
     if (d.drainSignal.aborted) {
       // Stopped by the drain deadline, not by its own failure: give the claim
       // back (refunding the attempt) and leave the delivery unacked.
@@ -282,7 +312,8 @@ async function run(
   } finally {
     clearInterval(renewal);
     d.metrics.inflight.dec();
-    tx?.release();
+    tx?.off('error', onTxError);
+    tx?.release(txBroken); // a broken connection is destroyed, not pooled
   }
 }
 
@@ -361,7 +392,7 @@ async function failed(
     [HEADERS.lastError]: message,
   });
   d.fault('before-ack');
-  d.ack(msg);
+  d.ack(msg, journal(msg, env, 'retried', attempt));
   return 'retried';
 }
 
@@ -430,8 +461,7 @@ async function deadLetter(
   const env = x.envelope;
   const reason = compactReason(x.reason);
   const payloadHash = createHash('sha256').update(msg.content).digest('hex');
-  const deliveryId =
-    (msg.properties.messageId as string | undefined) ?? env.id ?? `sha256:${payloadHash}`;
+  const deliveryId = deliveryIdOf(msg, env, payloadHash);
   const now = d.now();
   const firstSeen = x.firstSeenAt?.getTime() ?? numberHeader(msg, HEADERS.firstSeen) ?? now;
   // Confirmed copy in the quarantine queue first, then the audit record (and
@@ -480,6 +510,12 @@ async function deadLetter(
   d.metrics.jobs.inc({ type, outcome: 'dead_lettered' });
   d.log.warn({ type, jobId: env.id, failureClass: x.failureClass, reason }, 'dead-lettered');
   d.fault('before-ack');
-  d.ack(msg);
+  d.ack(msg, {
+    deliveryId,
+    jobId: env.id ?? null,
+    key: env.key ?? null,
+    outcome: 'dead_lettered',
+    attempt: x.attempts,
+  });
   return 'dead_lettered';
 }

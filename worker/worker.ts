@@ -10,6 +10,7 @@ import amqp, {
 } from 'amqplib';
 import pg from 'pg';
 import pino, { type Logger } from 'pino';
+import { AckJournal } from './ack-journal.js';
 import { ClaimStore, poolConfig } from './claim-store.js';
 import { contractMismatches, keyRuleProblem, type Contract } from './contract.js';
 import {
@@ -109,6 +110,7 @@ class QueueWorker implements Worker {
   private readonly log: Logger;
   private readonly topo: Topology;
   private readonly store: ClaimStore;
+  private readonly journal: AckJournal;
   private readonly now: () => number;
   private readonly random: () => number;
   private readonly drain = new AbortController();
@@ -155,6 +157,12 @@ class QueueWorker implements Worker {
       this.log.warn({ err: compactReason(err.message) }, 'claim store connection error'),
     );
     this.store = new ClaimStore(pool);
+    this.journal = new AckJournal(this.store, (err) =>
+      this.log.warn(
+        { err: compactReason(String((err as Error)?.message ?? err)) },
+        'ack journal write failed; will retry',
+      ),
+    );
     this.shared = this.staticDeps();
   }
 
@@ -363,7 +371,11 @@ class QueueWorker implements Worker {
             reject(err instanceof Error ? err : new Error(String(err)));
           }
         }),
-      ack: (msg) => safe('ack', () => ch.ack(msg)),
+      ack: (msg, journal) =>
+        safe('ack', () => {
+          ch.ack(msg);
+          if (journal) this.journal.note({ ...journal, ackedAt: this.now() });
+        }),
       requeue: (msg) => safe('requeue', () => ch.nack(msg, false, true)),
       storeDown: (err) => this.onStoreDown(err),
     };
@@ -452,6 +464,7 @@ class QueueWorker implements Worker {
     this.channel = undefined;
     // Closing the channel returns every unacked delivery to the queue.
     await conn?.close().catch(() => undefined);
+    await this.journal.flush();
     await this.store.pool.end().catch(() => undefined);
     await this.health?.close();
     this.log.info('worker stopped');

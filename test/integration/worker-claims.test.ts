@@ -49,6 +49,10 @@ describe('retention', () => {
     await h.db.pool.query(`
       insert into jobfleet_claims (key, state, owner, lease_until, attempts)
       values ('busy', 'running', gen_random_uuid(), now() - interval '3 hours', 1)`);
+    // ack-journal rows of swept keys go with them (verify must not miss a record swept on purpose)
+    await h.db.pool.query(`
+      insert into jobfleet_acks (delivery_id, key, outcome, attempt, acked_at)
+      select 'd-' || k, k, 'completed', 1, now() from (values ('old-1'), ('old-2'), ('new-1')) v(k)`);
     await h.db.pool.query('analyze jobfleet_claims');
 
     const plan = await h.db.pool.query<{ 'QUERY PLAN': string }>(
@@ -66,6 +70,8 @@ describe('retention', () => {
       { state: 'completed', n: 10 },
       { state: 'running', n: 1 },
     ]);
+    const journal = await h.db.pool.query<{ key: string }>('select key from jobfleet_acks');
+    expect(journal.rows).toEqual([{ key: 'new-1' }]);
     // A batch at a time.
     const store = new ClaimStore(h.db.pool);
     await h.db.pool.query(

@@ -3,6 +3,7 @@
 // broker state and the claims row.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { HEADERS } from '../../worker/index.js';
+import { MIGRATIONS } from '../../worker/claims-sql.js';
 import { eventually } from '../ground/eventually.js';
 import { QUEUE, harness, metricValue, type Harness } from './worker-harness.js';
 
@@ -253,7 +254,7 @@ describe('worker lifecycle', () => {
   it('applies its migrations safely when several workers start at once', async () => {
     const ws = await Promise.all([h.startWorker(), h.startWorker(), h.startWorker()]);
     const { rows } = await h.db.pool.query('select version from jobfleet_schema_migrations');
-    expect(rows).toEqual([{ version: 1 }]);
+    expect(rows).toEqual(MIGRATIONS.map((m) => ({ version: m.version })));
     await Promise.all(['a', 'b', 'c', 'd', 'e', 'f'].map((o) => h.job(o)));
     await eventually('6 completions', async () => ((await h.effects()) === 6 ? true : undefined));
     expect(ws.flatMap((w) => w.outcomes).filter((o) => o === 'completed')).toHaveLength(6);

@@ -336,6 +336,46 @@ describe('transactional mode', () => {
       attempts: 2,
     });
   });
+
+  it('survives its PostgreSQL backend being terminated mid-handler: nothing acked, the job completes once', async () => {
+    // Found by the chaos soak: the checked-out client's 'error' event crashed the process.
+    const app = `jobfleet-tx-${process.pid}-${Date.now()}`;
+    const claimsUrl = new URL(h.db.url);
+    claimsUrl.searchParams.set('application_name', app);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let runs = 0;
+    const w = await h.startWorker({
+      mode: 'transactional',
+      handlers: {
+        ship: async (job, ctx) => {
+          if (++runs === 1) await gate;
+          await ctx.tx!.query('insert into effects (key, attempt) values ($1, $2)', [
+            job.key,
+            job.attempt,
+          ]);
+          return { ok: true };
+        },
+      },
+      config: { claimsUrl: claimsUrl.toString(), leaseSeconds: 5 },
+    });
+    const { key } = await h.job('o-61');
+    await eventually('the first run to start', () => Promise.resolve(runs === 1 || undefined));
+    const { rows } = await h.db.pool.query<{ n: number }>(
+      'select count(pg_terminate_backend(pid))::int as n from pg_stat_activity where application_name = $1',
+      [app],
+    );
+    expect(rows[0]?.n).toBeGreaterThan(0);
+    release();
+    await eventually(
+      'the job completed',
+      async () => ((await h.claim(key))?.state === 'completed' ? true : undefined),
+      30_000,
+    );
+    expect(w.outcomes[0]).toBe('requeued');
+    expect(await h.effects(key)).toBe(1);
+    expect(runs).toBe(2);
+  });
 });
 
 describe('quorum queues', () => {

@@ -1,0 +1,158 @@
+// `jobfleet verify`: runs the claim store's invariants (worker/invariants.ts)
+// and prints each with its query and result. Read-only: it never changes the
+// database or the queues.
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import {
+  checkInvariants,
+  terminalKeyCount,
+  type InvariantResult,
+} from '../../worker/invariants.js';
+import { fetchQueueStats } from '../signals/rabbitmq.js';
+
+const HELP = `usage: jobfleet verify [options]
+
+  --claims-url URL          PostgreSQL URL of the claims database (default $JOBFLEET_CLAIMS_URL)
+  --schema NAME             schema holding the jobfleet_* tables (default: the URL's search_path)
+  --max-attempts N          the workers' attempt ceiling (default $JOBFLEET_MAX_ATTEMPTS or 5)
+  --management-url URL      RabbitMQ management API, e.g. http://user:pass@host:15672;
+                            also checks that each quarantined entry's message is still in its DLQ
+  --vhost NAME              RabbitMQ vhost of the queues (default /)
+  --dead-letter-queue NAME  the DLQ (default "<queue>.dlq" for each origin queue)
+  --json                    print the results as JSON
+
+exit status: 0 every invariant holds, 1 a violation, 2 the check could not run`;
+
+/** The URL without its password: what may be printed. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparseable URL)';
+  }
+}
+
+export async function runVerify(argv: string[]): Promise<number> {
+  const { values: o } = parseArgs({
+    args: argv,
+    options: {
+      'claims-url': { type: 'string' },
+      schema: { type: 'string' },
+      'max-attempts': { type: 'string' },
+      'management-url': { type: 'string' },
+      vhost: { type: 'string', default: '/' },
+      'dead-letter-queue': { type: 'string' },
+      json: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (o.help) {
+    console.log(HELP);
+    return 0;
+  }
+  const claimsUrl = o['claims-url'] ?? process.env.JOBFLEET_CLAIMS_URL;
+  if (!claimsUrl) throw new Error('--claims-url is required (or set JOBFLEET_CLAIMS_URL)');
+  const maxAttempts = Number(o['max-attempts'] ?? process.env.JOBFLEET_MAX_ATTEMPTS ?? 5);
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
+    throw new Error(`--max-attempts must be a positive integer, got "${o['max-attempts']}"`);
+  if (o.schema !== undefined && !/^[A-Za-z_][A-Za-z0-9_$]*$/.test(o.schema))
+    throw new Error(`--schema must be a plain identifier, got "${o.schema}"`);
+
+  const db = new pg.Client({
+    connectionString: claimsUrl,
+    connectionTimeoutMillis: 5000,
+    ...(o.schema ? { options: `-c search_path=${o.schema}` } : {}),
+  });
+  try {
+    await db.connect();
+  } catch (err) {
+    throw new Error(`cannot reach ${redactUrl(claimsUrl)}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+  try {
+    const { rows } = await db.query<{ t: string | null }>(
+      `select to_regclass('jobfleet_claims')::text as t`,
+    );
+    if (!rows[0]?.t)
+      throw new Error(
+        `no jobfleet_claims table in ${redactUrl(claimsUrl)}${o.schema ? ` schema ${o.schema}` : ''}: pass --schema, or point --claims-url at the workers' JOBFLEET_CLAIMS_URL`,
+      );
+    const results = await checkInvariants(db, { maxAttempts });
+    if (o['management-url'])
+      results.push(
+        await checkDeadLetterQueues(db, o['management-url'], o.vhost, o['dead-letter-queue']),
+      );
+    const terminal = await terminalKeyCount(db);
+    const failed = results.filter((r) => r.violations > 0);
+    if (o.json) console.log(JSON.stringify({ terminalKeys: terminal, results }, null, 2));
+    else print(redactUrl(claimsUrl), o.schema, terminal, results);
+    return failed.length ? 1 : 0;
+  } finally {
+    await db.end().catch(() => undefined);
+  }
+}
+
+/** Quarantined entries whose message is no longer in the DLQ cannot be replayed. */
+async function checkDeadLetterQueues(
+  db: pg.Client,
+  managementUrl: string,
+  vhost: string,
+  dlqOverride: string | undefined,
+): Promise<InvariantResult> {
+  const sql = `select queue, count(*)::int as quarantined
+from jobfleet_dead_letters where status = 'quarantined' group by queue`;
+  const { rows } = await db.query<{ queue: string; quarantined: number }>(sql);
+  const sample: Record<string, unknown>[] = [];
+  for (const r of rows) {
+    const dlq = dlqOverride ?? `${r.queue}.dlq`;
+    const s = await fetchQueueStats(managementUrl, vhost, dlq);
+    const held = s.messagesReady + s.messagesUnacked;
+    if (held < r.quarantined)
+      sample.push({ queue: r.queue, dead_letter_queue: dlq, quarantined: r.quarantined, held });
+  }
+  return {
+    name: 'dead-letters-held',
+    claim: 'each dead-letter queue holds at least as many messages as it has quarantined entries',
+    sql,
+    fix: 'messages were removed from the DLQ by hand (purge, shovel, consumer): their payloads are gone; mark those entries discarded with a reason',
+    violations: sample.length,
+    sample,
+  };
+}
+
+function print(
+  where: string,
+  schema: string | undefined,
+  terminal: number,
+  results: InvariantResult[],
+): void {
+  console.log(`jobfleet verify: ${where}${schema ? ` (schema ${schema})` : ''}`);
+  console.log(`${terminal} keys hold a terminal result\n`);
+  for (const r of results) {
+    const ok = r.violations === 0;
+    console.log(`${ok ? 'ok  ' : 'FAIL'} ${r.name}: ${r.claim}`);
+    console.log(indent(r.sql, '       '));
+    console.log(`     → ${r.violations} violating row${r.violations === 1 ? '' : 's'}`);
+    for (const row of r.sample) console.log(`       ${JSON.stringify(row)}`);
+    if (r.violations > r.sample.length)
+      console.log(`       … and ${r.violations - r.sample.length} more`);
+    if (!ok) console.log(`     fix: ${r.fix}`);
+    console.log('');
+  }
+  const failed = results.filter((r) => r.violations > 0).length;
+  console.log(
+    failed
+      ? `${failed} of ${results.length} invariants violated`
+      : `all ${results.length} invariants hold`,
+  );
+}
+
+function indent(text: string, pad: string): string {
+  return text
+    .split('\n')
+    .map((l) => pad + l)
+    .join('\n');
+}

@@ -1,0 +1,139 @@
+// The claim store's invariants, as queries that return the rows breaking
+// them. `jobfleet verify` runs them against a production claims database; the
+// chaos soak and the tests run them too. Each query is printed with its
+// result, so that a runbook can quote it and an on-call engineer can rerun it
+// in psql.
+import type pg from 'pg';
+
+export interface Invariant {
+  name: string;
+  /** what holds when the query returns no rows */
+  claim: string;
+  /** returns the violating rows */
+  sql: string;
+  /** what to look at when it fails */
+  fix: string;
+}
+
+export interface InvariantResult {
+  name: string;
+  claim: string;
+  sql: string;
+  fix: string;
+  violations: number;
+  /** the first violating rows, as returned */
+  sample: Record<string, unknown>[];
+}
+
+export interface VerifyOptions {
+  /** the workers' JOBFLEET_MAX_ATTEMPTS */
+  maxAttempts: number;
+}
+
+/** A claim still `running` this long after its last update, over the ceiling, is stuck, not mid-dead-lettering. */
+const STUCK_SECONDS = 60;
+
+export const INVARIANTS: readonly Invariant[] = [
+  {
+    name: 'one-terminal-result-per-key',
+    claim: 'an idempotency key has at most one terminal result (completed or dead-lettered)',
+    sql: `select key, count(*) as terminal_results
+from jobfleet_claims
+where state in ('completed', 'dead_lettered')
+group by key
+having count(*) > 1`,
+    fix: 'the primary key on jobfleet_claims(key) is missing or was bypassed: restore it (see docs/runbook.md) before more work runs',
+  },
+  {
+    name: 'acked-deliveries-recorded',
+    claim: 'every acknowledged delivery has a durable terminal record',
+    sql: `select a.outcome, a.delivery_id, a.key, a.attempt, a.acked_at
+from jobfleet_acks a
+where case a.outcome
+  when 'completed' then not exists (
+    select 1 from jobfleet_claims c where c.key = a.key and c.state = 'completed')
+  when 'duplicate' then not exists (
+    select 1 from jobfleet_claims c where c.key = a.key and c.state in ('completed', 'dead_lettered'))
+  when 'retried' then not exists (
+    select 1 from jobfleet_claims c where c.key = a.key)
+  when 'dead_lettered' then not exists (
+    select 1 from jobfleet_dead_letters x where x.delivery_id = a.delivery_id)
+  else true
+end`,
+    fix: 'a message was acked without its record: that job may be lost; find it by delivery_id in the producer and republish it',
+  },
+  {
+    name: 'retries-within-ceiling',
+    claim: 'no active retry exceeds the attempt ceiling ($1)',
+    sql: `select 'claim' as source, key, state, attempts
+from jobfleet_claims
+where (state = 'released' and attempts >= $1)
+   or (state = 'running' and attempts > $1 and updated_at < now() - interval '${STUCK_SECONDS} seconds')
+union all
+select 'ack journal', key, 'retried', attempt
+from jobfleet_acks
+where outcome = 'retried' and attempt >= $1`,
+    fix: 'a retry was scheduled past JOBFLEET_MAX_ATTEMPTS: check that every worker of this queue runs with the same ceiling (verify --max-attempts)',
+  },
+  {
+    name: 'dead-letters-replayable',
+    claim: 'every quarantined dead letter has the metadata an audited replay needs',
+    sql: `select id, delivery_id, key, failure_class,
+  concat_ws(', ',
+    case when coalesce(delivery_id, '') = '' then 'no delivery id' end,
+    case when coalesce(queue, '') = '' then 'no origin queue' end,
+    case when coalesce(reason, '') = '' then 'no reason' end,
+    case when coalesce(failure_class, '') = '' then 'no failure class' end,
+    case when payload_hash is null or payload_hash !~ '^[0-9a-f]{64}$' then 'no payload hash' end,
+    case when attempts is null or attempts < 0 then 'no attempt count' end,
+    case when dead_lettered_at is null then 'no dead-lettered time' end,
+    case when coalesce(key, '') = '' and failure_class in ('permanent', 'attempts_exhausted')
+         then 'no idempotency key' end
+  ) as missing
+from jobfleet_dead_letters
+where status = 'quarantined'
+  and (coalesce(delivery_id, '') = '' or coalesce(queue, '') = '' or coalesce(reason, '') = ''
+    or coalesce(failure_class, '') = '' or payload_hash is null or payload_hash !~ '^[0-9a-f]{64}$'
+    or attempts is null or attempts < 0 or dead_lettered_at is null
+    or (coalesce(key, '') = '' and failure_class in ('permanent', 'attempts_exhausted')))`,
+    fix: 'the entry cannot be replayed as it is: inspect it with `jobfleet dlq show`, then replay with an edit and a reason, or discard with a reason',
+  },
+];
+
+const SAMPLE = 20;
+
+/** Runs every invariant; `db` is a client or pool whose search_path reaches the jobfleet tables. */
+export async function checkInvariants(
+  db: Pick<pg.Pool, 'query'>,
+  opts: VerifyOptions,
+): Promise<InvariantResult[]> {
+  const results: InvariantResult[] = [];
+  for (const inv of INVARIANTS) {
+    const params = inv.sql.includes('$1') ? [opts.maxAttempts] : [];
+    const { rows: count } = await db.query<{ n: string }>(
+      `select count(*) as n from (${inv.sql}) v`,
+      params,
+    );
+    const { rows: sample } = await db.query<Record<string, unknown>>(
+      `select * from (${inv.sql}) v limit ${SAMPLE}`,
+      params,
+    );
+    results.push({
+      name: inv.name,
+      claim: inv.claim.replace('$1', String(opts.maxAttempts)),
+      sql: inv.sql,
+      fix: inv.fix,
+      violations: Number(count[0]?.n ?? 0),
+      sample,
+    });
+  }
+  return results;
+}
+
+/** How many keys hold a terminal result: the denominator the runbook quotes next to the first query. */
+export async function terminalKeyCount(db: Pick<pg.Pool, 'query'>): Promise<number> {
+  const { rows } = await db.query<{ n: string }>(
+    `select count(*) as n from jobfleet_claims where state in ('completed', 'dead_lettered')`,
+  );
+  return Number(rows[0]?.n ?? 0);
+}
