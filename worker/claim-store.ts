@@ -34,6 +34,8 @@ export interface DeadLetterRecord {
   firstSeenAt: Date | null;
   /** the claim we hold on `key`, if any: it is marked dead-lettered in the same statement */
   claimOwner: string | null;
+  /** the message body, kept only when the worker stores dead-letter payloads */
+  payload: Buffer | null;
 }
 
 /** An acknowledged delivery whose ack needed a durable record (see jobfleet_acks). */
@@ -215,6 +217,7 @@ export class ClaimStore {
         d.payloadHash,
         d.firstSeenAt,
         d.claimOwner,
+        d.payload,
       ]),
     );
     return { recorded: rows[0]?.id != null };

@@ -70,6 +70,39 @@ create table jobfleet_acks (
 create index jobfleet_acks_key on jobfleet_acks (key);
 `,
   },
+  {
+    version: 3,
+    sql: `
+-- The quarantine's lifecycle: quarantined → replayed | discarded | superseded
+-- (its key completed meanwhile). The payload is kept here only when the
+-- worker runs with JOBFLEET_DEAD_LETTER_PAYLOADS=store; otherwise it lives in
+-- the dead-letter queue alone.
+alter table jobfleet_dead_letters
+  add column payload           bytea,
+  add column resolved_at       timestamptz,
+  add column resolved_by       text,
+  add column resolution_reason text,
+  add column replay_id         text;
+create index jobfleet_dead_letters_queue_quarantined
+  on jobfleet_dead_letters (queue, dead_lettered_at) where status = 'quarantined';
+-- Every replay, skip and discard: who, when, why, and the payload hashes.
+create table jobfleet_dead_letter_audit (
+  id               bigserial primary key,
+  dead_letter_id   bigint not null references jobfleet_dead_letters (id),
+  action           text not null check (action in ('replayed', 'skipped_completed', 'discarded')),
+  replay_id        text,
+  initiator        text not null,
+  reason           text not null,
+  key              text,
+  old_payload_hash text not null,
+  new_payload_hash text,
+  delivery_id      text,
+  at               timestamptz not null default now()
+);
+create index jobfleet_dead_letter_audit_key on jobfleet_dead_letter_audit (key);
+create index jobfleet_dead_letter_audit_replay on jobfleet_dead_letter_audit (replay_id);
+`,
+  },
 ];
 
 export const LOCK_ID = 0x6a6f62666c; // "jobfl": serialises migrations across workers
@@ -149,7 +182,8 @@ where key = $1 and not exists (select 1 from claimed)`,
   /**
    * $1 delivery id, $2 job id, $3 key, $4 type, $5 schema version, $6 attempts,
    * $7 reason, $8 failure class, $9 queue, $10 owner team, $11 revision,
-   * $12 payload hash, $13 first seen, $14 claim owner (null: never claimed).
+   * $12 payload hash, $13 first seen, $14 claim owner (null: never claimed),
+   * $15 payload (null unless the worker stores payloads).
    * Records the dead letter and, when we hold the claim, marks the key
    * dead-lettered — atomically, in one round trip.
    */
@@ -157,8 +191,8 @@ where key = $1 and not exists (select 1 from claimed)`,
 with dl as (
   insert into jobfleet_dead_letters
     (delivery_id, job_id, key, type, schema_version, attempts, reason, failure_class,
-     queue, owner, revision, payload_hash, first_seen_at)
-  values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+     queue, owner, revision, payload_hash, first_seen_at, payload)
+  values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15)
   on conflict (delivery_id, attempts) do nothing
   returning id
 ), claim as (

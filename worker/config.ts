@@ -43,6 +43,9 @@ const schema = z
     claimRetentionSeconds: int(60, 10 * 365 * 86_400).default(7 * 86_400),
     tlsCaFile: z.string().optional(),
     deadLetterOwner: z.string().optional(),
+    // 'store' keeps each dead letter's body in PostgreSQL as well (for `jobfleet dlq show`
+    // and replay when the DLQ copy is gone); off by default: payloads may hold personal data.
+    deadLetterPayloads: z.enum(['queue-only', 'store']).default('queue-only'),
   })
   .refine((c) => c.maxDelaySeconds >= c.initialDelaySeconds, {
     path: ['maxDelaySeconds'],
@@ -75,6 +78,7 @@ export const ENV: Record<keyof WorkerConfigInput, string> = {
   claimRetentionSeconds: 'JOBFLEET_CLAIM_RETENTION_SECONDS',
   tlsCaFile: 'JOBFLEET_TLS_CA_FILE',
   deadLetterOwner: 'JOBFLEET_DEAD_LETTER_OWNER',
+  deadLetterPayloads: 'JOBFLEET_DEAD_LETTER_PAYLOADS',
 };
 
 export class ConfigError extends Error {

@@ -56,6 +56,8 @@ export interface DeliveryDeps {
   /** delay tier (ms) → its queue, shortest first */
   tiers: ReadonlyMap<number, string>;
   deadLetterOwner: string | null;
+  /** keep dead-letter bodies in PostgreSQL too (JOBFLEET_DEAD_LETTER_PAYLOADS=store) */
+  storeDeadLetterPayloads: boolean;
   revision: string | null;
   /** publishes with a publisher confirm; rejects when the broker refuses or the channel dies */
   publish(queue: string, content: Buffer, props: Partial<MessageProperties>): Promise<void>;
@@ -86,7 +88,11 @@ const numberHeader = (msg: ConsumeMessage, name: string): number | undefined => 
 };
 
 /** The broker message id, else the job id, else the body's hash: what ties a dead letter to its ack. */
-function deliveryIdOf(msg: ConsumeMessage, env: Partial<Envelope>, payloadHash?: string): string {
+export function deliveryIdOf(
+  msg: Pick<ConsumeMessage, 'properties' | 'content'>,
+  env: Partial<Envelope>,
+  payloadHash?: string,
+): string {
   const id = msg.properties.messageId as string | undefined;
   return (
     id ??
@@ -501,6 +507,7 @@ async function deadLetter(
       payloadHash,
       firstSeenAt: new Date(firstSeen),
       claimOwner: x.claimOwner,
+      payload: d.storeDeadLetterPayloads ? msg.content : null,
     });
   } catch (err) {
     throw new StoreUnavailable(String(err));

@@ -54,6 +54,9 @@ where case a.outcome
     select 1 from jobfleet_claims c where c.key = a.key and c.state = 'completed')
   when 'duplicate' then not exists (
     select 1 from jobfleet_claims c where c.key = a.key and c.state in ('completed', 'dead_lettered'))
+    -- a replay gives a dead-lettered key a fresh start; its earlier duplicates stay explained
+    and not exists (
+    select 1 from jobfleet_dead_letter_audit r where r.key = a.key and r.action = 'replayed' and r.at > a.acked_at)
   when 'retried' then not exists (
     select 1 from jobfleet_claims c where c.key = a.key)
   when 'dead_lettered' then not exists (

@@ -337,6 +337,7 @@ class QueueWorker implements Worker {
       // topology() lists the tiers shortest first
       tiers: new Map([...this.topo.tiers].map(([ms, q]) => [ms, q.name])),
       deadLetterOwner: c.deadLetterOwner ?? null,
+      storeDeadLetterPayloads: c.deadLetterPayloads === 'store',
       revision: c.revision ?? null,
       drainSignal: this.drain.signal,
       metrics: this.metrics,

@@ -2,17 +2,20 @@
 // database and its queues. Subcommands live in their own modules; this file
 // only dispatches and turns errors into exit codes (0 ok, 1 a finding, 2 the
 // command could not run).
+import { runDlq } from './dlq.js';
 import { runVerify } from './verify.js';
 
 const USAGE = `usage: jobfleet <command> [options]
 
 commands:
   verify   check the claim store's invariants (exits 1 on any violation)
+  dlq      list, show, replay or discard dead letters (audited, rate-limited)
 
 run "jobfleet <command> --help" for a command's options`;
 
 const commands: Record<string, (argv: string[]) => Promise<number>> = {
   verify: runVerify,
+  dlq: runDlq,
 };
 
 async function main(argv: string[]): Promise<number> {

@@ -1,9 +1,8 @@
 // `jobfleet verify` against a real claims database that real workers wrote:
 // clean, it passes; each invariant, broken on purpose in the scratch schema,
 // is reported by name with the offending rows and a non-zero exit.
-import { spawn } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { repoRoot } from '../ground/control-plane.js';
+import { jobfleet } from '../fixtures/jobfleet-cli.js';
 import { eventually } from '../ground/eventually.js';
 import { Permanent } from '../../worker/index.js';
 import { QUEUE, harness, type Harness } from './worker-harness.js';
@@ -15,24 +14,6 @@ beforeEach(async () => {
 afterEach(async () => {
   await h?.cleanup();
 });
-
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function jobfleet(args: string[]): Promise<Run> {
-  const child = spawn(process.execPath, ['bin/jobfleet.mjs', ...args], {
-    cwd: repoRoot,
-    env: { ...process.env, JOBFLEET_CLAIMS_URL: '' },
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
-  child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
-}
 
 interface Report {
   terminalKeys: number;

@@ -1,0 +1,343 @@
+// `jobfleet dlq list|show|replay|discard`: the quarantine from a terminal.
+// Rows come from PostgreSQL (src/dlq/store.ts); payloads from the dead-letter
+// queue; every replay and discard is audited (src/dlq/replay.ts).
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import amqp from 'amqplib';
+import pg from 'pg';
+import { discard, replay, ReplayRefused, type ReplayProgress } from '../dlq/replay.js';
+import { DeadLetterStore, type DeadLetterRow, type Selector } from '../dlq/store.js';
+import { ClaimStore } from '../../worker/claim-store.js';
+import { redactUrl } from './verify.js';
+
+const HELP = `usage: jobfleet dlq <list|show|replay|discard> [options]
+
+connection (defaults from the worker's environment):
+  --claims-url URL          PostgreSQL claims database ($JOBFLEET_CLAIMS_URL)
+  --amqp-url URL            RabbitMQ ($JOBFLEET_BROKER_URL); replay and discard only
+  --queue NAME              the work queue the dead letters came from ($JOBFLEET_QUEUE)
+  --dead-letter-queue NAME  ($JOBFLEET_DEAD_LETTER_QUEUE, default "<queue>.dlq")
+  --schema NAME             schema of the jobfleet_* tables
+
+selection (list, replay, discard):
+  --id N, --key K           repeatable
+  --reason-contains TEXT    a substring of the dead-letter reason
+  --class NAME              failure class (permanent, attempts_exhausted, schema_version, …)
+  --since ISO, --until ISO  dead-lettered in this time range
+  --status S                list only: quarantined (default), replayed, discarded, superseded
+
+  list     [--limit 50] [--json]
+  show ID  [--json]                     the row, its audit trail, and its payload when stored
+  replay   --reason WHY [--initiator WHO] [--rate 5] [--burst 10] [--max-count 100]
+           [--failure-threshold 5] [--edit-payload FILE] [--wait] [--wait-timeout 300]
+  discard  --reason WHY [--initiator WHO] [--max-count 100]
+
+A replay keeps each job's idempotency key, resets its attempts, and skips keys that completed
+meanwhile. It stops when --failure-threshold replayed jobs fail again. --edit-payload replaces the
+payload of the one selected dead letter (select it with --id) and needs --reason.`;
+
+const options = {
+  'claims-url': { type: 'string' },
+  'amqp-url': { type: 'string' },
+  queue: { type: 'string' },
+  'dead-letter-queue': { type: 'string' },
+  schema: { type: 'string' },
+  id: { type: 'string', multiple: true },
+  key: { type: 'string', multiple: true },
+  reason: { type: 'string' },
+  'reason-contains': { type: 'string' },
+  class: { type: 'string' },
+  since: { type: 'string' },
+  until: { type: 'string' },
+  status: { type: 'string' },
+  limit: { type: 'string', default: '50' },
+  json: { type: 'boolean', default: false },
+  initiator: { type: 'string' },
+  rate: { type: 'string', default: '5' },
+  burst: { type: 'string', default: '10' },
+  'max-count': { type: 'string', default: '100' },
+  'failure-threshold': { type: 'string', default: '5' },
+  'edit-payload': { type: 'string' },
+  wait: { type: 'boolean', default: false },
+  'wait-timeout': { type: 'string', default: '300' },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const;
+
+type Values = ReturnType<
+  typeof parseArgs<{ options: typeof options; allowPositionals: true }>
+>['values'];
+
+function positiveNumber(v: string | undefined, flag: string): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0)
+    throw new Error(`${flag} must be a positive number, got "${v}"`);
+  return n;
+}
+
+function date(v: string | undefined, flag: string): Date | undefined {
+  if (v === undefined) return undefined;
+  const d = new Date(v);
+  if (Number.isNaN(d.getTime()))
+    throw new Error(`${flag} must be an ISO date, e.g. 2026-11-30T08:00:00Z; got "${v}"`);
+  return d;
+}
+
+function selector(o: Values, queue: string): Selector {
+  const ids = (o.id ?? []).map((v) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 1)
+      throw new Error(`--id must be a dead-letter id (a positive integer), got "${v}"`);
+    return n;
+  });
+  const status = o.status as Selector['status'];
+  if (status && !['quarantined', 'replayed', 'discarded', 'superseded'].includes(status))
+    throw new Error(
+      `--status must be quarantined, replayed, discarded or superseded; got "${status}"`,
+    );
+  return {
+    queue,
+    ids,
+    keys: o.key ?? [],
+    reason: o['reason-contains'] || undefined,
+    failureClass: o.class,
+    since: date(o.since, '--since'),
+    until: date(o.until, '--until'),
+    status,
+  };
+}
+
+export async function runDlq(argv: string[]): Promise<number> {
+  const { values: o, positionals } = parseArgs({ args: argv, options, allowPositionals: true });
+  const [sub, ...rest] = positionals;
+  if (o.help || !sub) {
+    console.log(HELP);
+    return sub || o.help ? 0 : 2;
+  }
+  if (!['list', 'show', 'replay', 'discard'].includes(sub))
+    throw new Error(`unknown dlq command "${sub}": use list, show, replay or discard`);
+  const claimsUrl = o['claims-url'] ?? process.env.JOBFLEET_CLAIMS_URL;
+  if (!claimsUrl) throw new Error('--claims-url is required (or set JOBFLEET_CLAIMS_URL)');
+  const queue = o.queue ?? process.env.JOBFLEET_QUEUE;
+  if (!queue && sub !== 'show')
+    throw new Error(
+      '--queue is required (or set JOBFLEET_QUEUE): the work queue the dead letters came from',
+    );
+  if (o.schema !== undefined && !/^[A-Za-z_][A-Za-z0-9_$]*$/.test(o.schema))
+    throw new Error(`--schema must be a plain identifier, got "${o.schema}"`);
+
+  const pool = new pg.Pool({
+    connectionString: claimsUrl,
+    max: 2,
+    connectionTimeoutMillis: 5000,
+    ...(o.schema ? { options: `-c search_path=${o.schema}` } : {}),
+  });
+  pool.on('error', () => undefined);
+  try {
+    await pool.query('select 1').catch((err: Error) => {
+      throw new Error(`cannot reach ${redactUrl(claimsUrl)}: ${err.message}`, { cause: err });
+    });
+    const store = new DeadLetterStore(pool);
+    if (sub === 'list') return await list(store, o, queue as string);
+    if (sub === 'show') return await show(store, o, rest[0]);
+    // Replay and discard write audit rows: bring the tables to this version first.
+    await new ClaimStore(pool).migrate();
+    return await act(sub as 'replay' | 'discard', store, o, queue as string);
+  } finally {
+    await pool.end().catch(() => undefined);
+  }
+}
+
+async function list(store: DeadLetterStore, o: Values, queue: string): Promise<number> {
+  const s = selector(o, queue);
+  const limit = positiveNumber(o.limit, '--limit');
+  const [rows, total] = await Promise.all([store.list(s, limit), store.count(s)]);
+  if (o.json) {
+    console.log(JSON.stringify({ total, rows: rows.map(publicRow) }, null, 2));
+    return 0;
+  }
+  const now = Date.now();
+  console.log(
+    `${total} ${s.status ?? 'quarantined'} dead letter${total === 1 ? '' : 's'} from ${queue}${total > rows.length ? ` (first ${rows.length})` : ''}`,
+  );
+  if (!rows.length) return 0;
+  const table = [
+    ['ID', 'AGE', 'CLASS', 'ATTEMPTS', 'KEY', 'TYPE', 'REASON'],
+    ...rows.map((r) => [
+      String(r.id),
+      age((now - r.dead_lettered_at.getTime()) / 1000),
+      r.failure_class,
+      String(r.attempts),
+      r.key ?? '-',
+      r.type ?? '-',
+      r.reason.length > 60 ? `${r.reason.slice(0, 59)}…` : r.reason,
+    ]),
+  ];
+  const widths = table[0]!.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
+  for (const row of table)
+    console.log(
+      row
+        .map((c, i) => c.padEnd(widths[i]!))
+        .join('  ')
+        .trimEnd(),
+    );
+  return 0;
+}
+
+async function show(store: DeadLetterStore, o: Values, idArg: string | undefined): Promise<number> {
+  const id = Number(idArg);
+  if (!Number.isInteger(id) || id < 1)
+    throw new Error('usage: jobfleet dlq show ID (an id from `jobfleet dlq list`)');
+  const row = await store.get(id);
+  if (!row) throw new Error(`no dead letter with id ${id}`);
+  const audit = await store.auditOf(id);
+  if (o.json) {
+    console.log(JSON.stringify({ ...publicRow(row), payload: payloadText(row), audit }, null, 2));
+    return 0;
+  }
+  for (const [k, v] of Object.entries(publicRow(row)))
+    console.log(
+      `${k.padEnd(18)} ${v instanceof Date ? v.toISOString() : v == null ? '-' : String(v as string | number)}`,
+    );
+  console.log(
+    `${'payload'.padEnd(18)} ${payloadText(row) ?? '(not stored: it is in the dead-letter queue; set JOBFLEET_DEAD_LETTER_PAYLOADS=store to keep payloads here)'}`,
+  );
+  console.log(audit.length ? '\naudit:' : '\naudit: none');
+  for (const a of audit)
+    console.log(
+      `  ${a.at.toISOString()}  ${a.action}  by ${a.initiator}: ${a.reason}${a.new_payload_hash && a.new_payload_hash !== a.old_payload_hash ? ` (payload ${a.old_payload_hash.slice(0, 12)} → ${a.new_payload_hash.slice(0, 12)})` : ''}`,
+    );
+  return 0;
+}
+
+async function act(
+  sub: 'replay' | 'discard',
+  store: DeadLetterStore,
+  o: Values,
+  queue: string,
+): Promise<number> {
+  const amqpUrl = o['amqp-url'] ?? process.env.JOBFLEET_BROKER_URL;
+  if (!amqpUrl) throw new Error('--amqp-url is required (or set JOBFLEET_BROKER_URL)');
+  const reason = (o.reason ?? '').trim();
+  if (!reason) throw new ReplayRefused(`${sub} needs --reason "why" (recorded in the audit trail)`);
+  const initiator = o.initiator ?? process.env.USER ?? os.userInfo().username;
+  const s = { ...selector(o, queue), status: undefined }; // only quarantined entries are acted on
+  if (!s.ids?.length && !s.keys?.length && !s.failureClass && !s.reason && !s.since && !s.until)
+    throw new Error(
+      `${sub} needs a selection: --id, --key, --class, --reason-contains, --since or --until`,
+    );
+  const deadLetterQueue =
+    o['dead-letter-queue'] ?? process.env.JOBFLEET_DEAD_LETTER_QUEUE ?? `${queue}.dlq`;
+  const conn = await amqp.connect(amqpUrl).catch((err: Error) => {
+    throw new Error(`cannot reach ${redactUrl(amqpUrl)}: ${err.message}`, { cause: err });
+  });
+  const bar = progressBar(sub);
+  try {
+    const channel = await conn.createConfirmChannel();
+    const deps = {
+      store,
+      channel,
+      now: Date.now,
+      sleep: (ms: number) => new Promise<void>((r) => setTimeout(r, ms)),
+      onProgress: bar.update,
+    };
+    let p: ReplayProgress;
+    if (sub === 'discard') {
+      p = await discard(
+        {
+          selector: s,
+          deadLetterQueue,
+          initiator,
+          reason,
+          maxCount: positiveNumber(o['max-count'], '--max-count'),
+        },
+        deps,
+      );
+    } else {
+      const edit = o['edit-payload'];
+      let editedPayload: unknown;
+      if (edit !== undefined) {
+        try {
+          editedPayload = JSON.parse(readFileSync(edit, 'utf8'));
+        } catch (err) {
+          throw new Error(`--edit-payload ${edit}: ${(err as Error).message}`, { cause: err });
+        }
+      }
+      const replayId = `cli-${randomUUID()}`;
+      p = await replay(
+        {
+          selector: s,
+          deadLetterQueue,
+          replayId,
+          initiator,
+          reason,
+          ratePerSecond: positiveNumber(o.rate, '--rate'),
+          burst: positiveNumber(o.burst, '--burst'),
+          maxCount: positiveNumber(o['max-count'], '--max-count'),
+          failureThreshold: positiveNumber(o['failure-threshold'], '--failure-threshold'),
+          editedPayload,
+        },
+        deps,
+      );
+      if (o.wait && !p.stoppedBy) {
+        const until = Date.now() + positiveNumber(o['wait-timeout'], '--wait-timeout') * 1000;
+        while (p.pending > 0 && Date.now() < until) {
+          await new Promise((r) => setTimeout(r, 1000));
+          p = { ...p, ...(await store.replayCounts(replayId)) };
+          bar.update({ ...p, done: false });
+        }
+        p.message = `replayed ${p.replayed}, skipped ${p.skipped} already completed; completed ${p.completed}, failed again ${p.failedAgain}, pending ${p.pending}`;
+      }
+      console.log(`replay id: ${replayId}`);
+    }
+    // Closing the channel first: the broker settles its acks before it answers the close.
+    await channel.close();
+    bar.end();
+    console.log(p.message);
+    return p.stoppedBy || p.notFound || p.failedAgain ? 1 : 0;
+  } finally {
+    await conn.close().catch(() => undefined);
+  }
+}
+
+/** A bar on a TTY, plain lines (at most one a second) otherwise. */
+function progressBar(what: string) {
+  const tty = process.stdout.isTTY === true;
+  let lastLine = 0;
+  let drawn = false;
+  return {
+    update: (p: ReplayProgress) => {
+      const done = p.replayed + p.skipped;
+      const text = `${what}: ${done}/${p.selected} (replayed ${p.replayed}, skipped ${p.skipped}, completed ${p.completed}, failed again ${p.failedAgain})`;
+      if (tty) {
+        const width = 30;
+        const filled = p.selected ? Math.round((done / p.selected) * width) : width;
+        process.stdout.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${text}`);
+        drawn = true;
+      } else if (Date.now() - lastLine >= 1000 || p.done) {
+        lastLine = Date.now();
+        console.log(text);
+      }
+    },
+    end: () => {
+      if (drawn) process.stdout.write('\n');
+    },
+  };
+}
+
+function age(seconds: number): string {
+  if (seconds < 120) return `${Math.round(seconds)}s`;
+  if (seconds < 7200) return `${Math.round(seconds / 60)}m`;
+  if (seconds < 172_800) return `${Math.round(seconds / 3600)}h`;
+  return `${Math.round(seconds / 86_400)}d`;
+}
+
+/** The row without its payload bytes (shown separately, as text). */
+function publicRow(r: DeadLetterRow): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(r).filter(([k]) => k !== 'payload'));
+}
+
+function payloadText(r: DeadLetterRow): string | undefined {
+  return r.payload ? r.payload.toString('utf8') : undefined;
+}

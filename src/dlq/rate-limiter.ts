@@ -1,0 +1,30 @@
+// A token bucket: `ratePerSecond` on average, at most `burst` at once. Pure:
+// the caller passes the time and does the waiting, so tests use a fake clock.
+export class RateLimiter {
+  private tokens: number;
+  private last: number | undefined;
+
+  constructor(
+    readonly ratePerSecond: number,
+    readonly burst: number,
+  ) {
+    if (!(ratePerSecond > 0))
+      throw new Error(`rate must be above 0 per second, got ${ratePerSecond}`);
+    if (!(burst >= 1)) throw new Error(`burst must be at least 1, got ${burst}`);
+    this.tokens = burst;
+  }
+
+  /** Takes one token at `nowMs`; returns how long to wait first (0: go now). */
+  take(nowMs: number): number {
+    if (this.last !== undefined)
+      this.tokens = Math.min(
+        this.burst,
+        this.tokens + ((nowMs - this.last) / 1000) * this.ratePerSecond,
+      );
+    this.last = nowMs;
+    this.tokens -= 1;
+    if (this.tokens >= 0) return 0;
+    // In debt: the token is ours once the bucket refills to zero.
+    return Math.ceil((-this.tokens / this.ratePerSecond) * 1000);
+  }
+}

@@ -1,0 +1,313 @@
+// Replay and discard: one pass over the dead-letter queue. Each message is
+// matched to its PostgreSQL row by (delivery id, attempts). A selected one is
+// replayed (rate-limited) or discarded; any other is put back at the tail, so
+// nothing waits unacked while the pass runs. The order per replayed message:
+// reset the key's claim → publish the new delivery (confirmed) → resolve the
+// row with its audit row → ack the DLQ copy. A crash in between leaves the
+// row quarantined (a re-run replays it; the claim absorbs a second delivery)
+// or a spare DLQ copy (harmless: `verify` checks the DLQ holds at least its
+// entries).
+import { createHash } from 'node:crypto';
+import type { ConfirmChannel, GetMessage, MessageProperties } from 'amqplib';
+import { HEADERS } from '../../worker/producer.js';
+import { deliveryIdOf } from '../../worker/delivery.js';
+import type { DeadLetterRow, DeadLetterStore, ReplayCounts, Selector } from './store.js';
+import { RateLimiter } from './rate-limiter.js';
+
+export const REPLAY_HEADERS = {
+  replayOf: 'x-jobfleet-replay-of',
+  replayId: 'x-jobfleet-replay-id',
+  replayedBy: 'x-jobfleet-replayed-by',
+} as const;
+
+export interface ReplayRequest {
+  selector: Selector;
+  deadLetterQueue: string;
+  /** identifies this replay in the audit trail (a JobReplay's uid, or a generated id) */
+  replayId: string;
+  initiator: string;
+  reason: string;
+  ratePerSecond: number;
+  /** at most this many at once (the token bucket's size) */
+  burst: number;
+  maxCount: number;
+  /** stop once this many replayed jobs have failed again */
+  failureThreshold: number;
+  /** a new payload for the one selected dead letter; the edit's reason is `reason` */
+  editedPayload?: unknown;
+}
+
+export interface ReplayProgress extends ReplayCounts {
+  selected: number;
+  /** selected entries whose message was not found in the dead-letter queue */
+  notFound: number;
+  scanned: number;
+  done: boolean;
+  stoppedBy?: 'failure-threshold';
+  message: string;
+}
+
+export interface ReplayDeps {
+  store: DeadLetterStore;
+  channel: ConfirmChannel;
+  now: () => number;
+  sleep: (ms: number) => Promise<void>;
+  onProgress?: (p: ReplayProgress) => void;
+  /** how often the failure threshold is checked, in replayed messages (1: before each) */
+  checkEvery?: number;
+}
+
+export class ReplayRefused extends Error {
+  override readonly name = 'ReplayRefused';
+}
+
+const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+/** (delivery id, attempts): what ties a DLQ message to its row. */
+function identity(deliveryId: string, attempts: number): string {
+  return `${deliveryId}\u0000${attempts}`;
+}
+
+function messageIdentity(m: GetMessage): string {
+  let env: { id?: string } = {};
+  try {
+    env = JSON.parse(m.content.toString('utf8')) as { id?: string };
+  } catch {
+    // not JSON: identified by message id or hash
+  }
+  const attempts = Number(m.properties.headers?.[HEADERS.attempt] ?? 0);
+  return identity(deliveryIdOf(m, typeof env.id === 'string' ? env : {}), attempts);
+}
+
+/** The body with its payload replaced; id, key, type and schema version stay. */
+export function editBody(original: Buffer, payload: unknown): Buffer {
+  let env: Record<string, unknown>;
+  try {
+    env = JSON.parse(original.toString('utf8')) as Record<string, unknown>;
+  } catch {
+    throw new ReplayRefused(
+      'the dead letter is not a JSON envelope: an edit replaces the payload of an envelope; discard it instead',
+    );
+  }
+  if (typeof env !== 'object' || env === null || typeof env.key !== 'string')
+    throw new ReplayRefused(
+      'the dead letter has no idempotency key: an edit must keep the original key; discard it instead',
+    );
+  return Buffer.from(JSON.stringify({ ...env, payload }));
+}
+
+function publishConfirmed(
+  ch: ConfirmChannel,
+  queue: string,
+  body: Buffer,
+  props: Partial<MessageProperties>,
+): Promise<void> {
+  return new Promise((resolve, reject) =>
+    ch.sendToQueue(queue, body, props, (err) =>
+      err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve(),
+    ),
+  );
+}
+
+const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+
+/** Back at the tail, unchanged. */
+async function putBack(ch: ConfirmChannel, dlq: string, m: GetMessage): Promise<void> {
+  const p = m.properties;
+  await publishConfirmed(ch, dlq, m.content, {
+    messageId: str(p.messageId),
+    contentType: str(p.contentType),
+    correlationId: str(p.correlationId),
+    type: str(p.type),
+    appId: str(p.appId),
+    timestamp: p.timestamp as number | undefined,
+    headers: p.headers,
+    deliveryMode: 2,
+  });
+}
+
+export async function replay(req: ReplayRequest, d: ReplayDeps): Promise<ReplayProgress> {
+  if (req.editedPayload !== undefined && !req.reason.trim())
+    throw new ReplayRefused('an edited payload needs a reason: pass --reason "why the edit"');
+  if (!req.reason.trim()) throw new ReplayRefused('a replay needs a reason: pass --reason "why"');
+  if (!req.initiator.trim())
+    throw new ReplayRefused('a replay needs an initiator: pass --initiator');
+  const before = await d.store.replayCounts(req.replayId); // a resumed replay counts what it already did
+  const budget = Math.max(0, req.maxCount - before.replayed - before.skipped);
+  const rows = budget ? await d.store.list(req.selector, budget) : [];
+  if (req.editedPayload !== undefined && rows.length !== 1)
+    throw new ReplayRefused(
+      `an edit applies to exactly one dead letter; the selection has ${rows.length}: select it with --id`,
+    );
+  return pass(rows, d, req, 'replay', before);
+}
+
+export interface DiscardRequest {
+  selector: Selector;
+  deadLetterQueue: string;
+  initiator: string;
+  reason: string;
+  maxCount: number;
+}
+
+export async function discard(req: DiscardRequest, d: ReplayDeps): Promise<ReplayProgress> {
+  if (!req.reason.trim()) throw new ReplayRefused('a discard needs a reason: pass --reason "why"');
+  if (!req.initiator.trim())
+    throw new ReplayRefused('a discard needs an initiator: pass --initiator');
+  const rows = await d.store.list(req.selector, req.maxCount);
+  return pass(
+    rows,
+    d,
+    {
+      ...req,
+      replayId: '',
+      ratePerSecond: Number.MAX_SAFE_INTEGER,
+      burst: Number.MAX_SAFE_INTEGER,
+      failureThreshold: Number.MAX_SAFE_INTEGER,
+    },
+    'discard',
+    { replayed: 0, skipped: 0, completed: 0, failedAgain: 0, pending: 0 },
+  );
+}
+
+async function pass(
+  rows: DeadLetterRow[],
+  d: ReplayDeps,
+  req: ReplayRequest,
+  mode: 'replay' | 'discard',
+  before: ReplayCounts,
+): Promise<ReplayProgress> {
+  const ch = d.channel;
+  const wanted = new Map(rows.map((r) => [identity(r.delivery_id, r.attempts), r]));
+  const limiter = new RateLimiter(req.ratePerSecond, req.burst);
+  const p: ReplayProgress = {
+    ...before,
+    selected: rows.length + before.replayed + before.skipped,
+    notFound: 0,
+    scanned: 0,
+    done: false,
+    message: '',
+  };
+  let discarded = 0;
+  let sinceCheck = 0;
+  const report = () => d.onProgress?.({ ...p });
+  // Messages dead-lettered during the pass land behind the ones counted here.
+  const depth = wanted.size ? (await ch.checkQueue(req.deadLetterQueue)).messageCount : 0;
+  while (wanted.size && p.scanned < depth) {
+    const m = await ch.get(req.deadLetterQueue, { noAck: false });
+    if (!m) break;
+    p.scanned++;
+    const row = wanted.get(messageIdentity(m));
+    if (!row) {
+      await putBack(ch, req.deadLetterQueue, m);
+      ch.ack(m);
+      continue;
+    }
+    wanted.delete(messageIdentity(m));
+
+    if (mode === 'discard') {
+      await d.store.resolve(row, {
+        status: 'discarded',
+        action: 'discarded',
+        initiator: req.initiator,
+        reason: req.reason,
+      });
+      ch.ack(m);
+      discarded++;
+      report();
+      continue;
+    }
+
+    if (++sinceCheck >= (d.checkEvery ?? 1)) {
+      sinceCheck = 0;
+      const counts = await d.store.replayCounts(req.replayId);
+      Object.assign(p, counts);
+      if (counts.failedAgain >= req.failureThreshold) {
+        ch.nack(m, false, true);
+        p.stoppedBy = 'failure-threshold';
+        break;
+      }
+    }
+    const wait = limiter.take(d.now());
+    if (wait > 0) await d.sleep(wait);
+
+    if (row.key && (await d.store.claimState(row.key)) === 'completed') {
+      // The key completed meanwhile (a later copy ran): never run it twice.
+      await d.store.resolve(row, {
+        status: 'superseded',
+        action: 'skipped_completed',
+        initiator: req.initiator,
+        reason: req.reason,
+        replayId: req.replayId,
+      });
+      ch.ack(m);
+      p.skipped++;
+      report();
+      continue;
+    }
+    const body =
+      req.editedPayload !== undefined ? editBody(m.content, req.editedPayload) : m.content;
+    const deliveryId = `${row.delivery_id}~replay-${req.replayId}`;
+    if (row.key) await d.store.resetClaim(row.key);
+    const props = m.properties;
+    const headers = { ...(props.headers ?? {}) } as Record<string, unknown>;
+    for (const h of [
+      HEADERS.deadLetteredAt,
+      HEADERS.reason,
+      HEADERS.failureClass,
+      HEADERS.lastError,
+      HEADERS.notBefore,
+    ])
+      delete headers[h];
+    await publishConfirmed(ch, row.queue, body, {
+      messageId: deliveryId,
+      contentType: str(props.contentType) ?? 'application/json',
+      type: str(props.type),
+      timestamp: Math.floor(d.now() / 1000),
+      deliveryMode: 2,
+      headers: {
+        ...headers,
+        [HEADERS.attempt]: 0,
+        [REPLAY_HEADERS.replayOf]: row.id,
+        [REPLAY_HEADERS.replayId]: req.replayId,
+        [REPLAY_HEADERS.replayedBy]: req.initiator,
+      },
+    });
+    await d.store.resolve(row, {
+      status: 'replayed',
+      action: 'replayed',
+      initiator: req.initiator,
+      reason: req.reason,
+      replayId: req.replayId,
+      newPayloadHash: sha256(body),
+      deliveryId,
+    });
+    ch.ack(m);
+    p.replayed++;
+    p.pending++;
+    report();
+  }
+  p.notFound = p.stoppedBy ? 0 : wanted.size;
+  if (mode === 'replay') Object.assign(p, await d.store.replayCounts(req.replayId));
+  p.done = true;
+  p.message =
+    mode === 'discard'
+      ? `discarded ${discarded} of ${rows.length} selected${p.notFound ? `; ${p.notFound} not found in ${req.deadLetterQueue}` : ''}`
+      : summary(p, req);
+  report();
+  return p;
+}
+
+function summary(p: ReplayProgress, req: ReplayRequest): string {
+  const parts = [
+    `replayed ${p.replayed} of ${p.selected} selected`,
+    `skipped ${p.skipped} already completed`,
+    `completed ${p.completed}, failed again ${p.failedAgain}, pending ${p.pending}`,
+  ];
+  if (p.notFound) parts.push(`${p.notFound} not found in ${req.deadLetterQueue}`);
+  if (p.stoppedBy)
+    parts.push(
+      `stopped early: ${p.failedAgain} replayed jobs failed again (threshold ${req.failureThreshold}); fix the cause before replaying the rest`,
+    );
+  return parts.join('; ');
+}
