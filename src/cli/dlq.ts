@@ -198,7 +198,7 @@ async function show(store: DeadLetterStore, o: Values, idArg: string | undefined
   }
   for (const [k, v] of Object.entries(publicRow(row)))
     console.log(
-      `${k.padEnd(18)} ${v instanceof Date ? v.toISOString() : v == null ? '-' : String(v as string | number)}`,
+      `${k.padEnd(18)} ${v instanceof Date ? v.toISOString() : v == null ? '-' : String(v)}`,
     );
   console.log(
     `${'payload'.padEnd(18)} ${payloadText(row) ?? '(not stored: it is in the dead-letter queue; set JOBFLEET_DEAD_LETTER_PAYLOADS=store to keep payloads here)'}`,
