@@ -196,8 +196,7 @@ async function show(store: DeadLetterStore, o: Values, idArg: string | undefined
     console.log(JSON.stringify({ ...publicRow(row), payload: payloadText(row), audit }, null, 2));
     return 0;
   }
-  for (const [k, v] of Object.entries(publicRow(row)))
-    console.log(
+  for (const [k, v] of Object.entries(publicRow(row))) console.log(`${k.padEnd(18)} ${cell(v)}`);
       `${k.padEnd(18)} ${v instanceof Date ? v.toISOString() : v == null ? '-' : String(v)}`,
     );
   console.log(
@@ -331,6 +330,12 @@ function age(seconds: number): string {
   if (seconds < 7200) return `${Math.round(seconds / 60)}m`;
   if (seconds < 172_800) return `${Math.round(seconds / 3600)}h`;
   return `${Math.round(seconds / 86_400)}d`;
+}
+
+function cell(v: unknown): string {
+  if (v instanceof Date) return v.toISOString();
+  if (v === null || v === undefined) return '-';
+  return typeof v === 'object' ? JSON.stringify(v) : String(v as string | number | boolean);
 }
 
 /** The row without its payload bytes (shown separately, as text). */
