@@ -197,8 +197,6 @@ async function show(store: DeadLetterStore, o: Values, idArg: string | undefined
     return 0;
   }
   for (const [k, v] of Object.entries(publicRow(row))) console.log(`${k.padEnd(18)} ${cell(v)}`);
-      `${k.padEnd(18)} ${v instanceof Date ? v.toISOString() : v == null ? '-' : String(v)}`,
-    );
   console.log(
     `${'payload'.padEnd(18)} ${payloadText(row) ?? '(not stored: it is in the dead-letter queue; set JOBFLEET_DEAD_LETTER_PAYLOADS=store to keep payloads here)'}`,
   );
