@@ -333,7 +333,7 @@ function age(seconds: number): string {
 function cell(v: unknown): string {
   if (v instanceof Date) return v.toISOString();
   if (v === null || v === undefined) return '-';
-  return typeof v === 'object' ? JSON.stringify(v) : String(v as string | number | boolean);
+  return typeof v === 'object' ? JSON.stringify(v) : `${v as string | number | boolean}`;
 }
 
 /** The row without its payload bytes (shown separately, as text). */
