@@ -4,8 +4,59 @@ import client from 'prom-client';
 export function operatorMetrics(registry = new client.Registry()) {
   const r = [registry];
   const labelNames = ['namespace', 'jobworker'] as const;
+  // The oldest dead letter's time per JobWorker: its age is computed at
+  // scrape time, so the gauge never lags behind the clock between reads.
+  const oldestDeadLetter = new Map<
+    string,
+    { namespace: string; jobworker: string; at: number | null }
+  >();
+  const deadLetterOldestAge = new client.Gauge({
+    name: 'jobfleet_dead_letter_oldest_age_seconds',
+    help: 'Age of the oldest quarantined dead letter (0 when there is none)',
+    labelNames,
+    registers: r,
+    collect() {
+      const now = Date.now();
+      for (const v of oldestDeadLetter.values())
+        this.set(
+          { namespace: v.namespace, jobworker: v.jobworker },
+          v.at === null ? 0 : Math.max(0, (now - v.at) / 1000),
+        );
+    },
+  });
+  const deadLettersQuarantined = new client.Gauge({
+    name: 'jobfleet_dead_letters_quarantined',
+    help: 'Dead letters waiting in quarantine (not replayed, discarded or superseded)',
+    labelNames,
+    registers: r,
+  });
+  const deadLetterMaxAge = new client.Gauge({
+    name: 'jobfleet_dead_letter_max_age_seconds',
+    help: "The JobWorker's spec.deadLetter.maxAgeSeconds, for alert rules to compare against",
+    labelNames,
+    registers: r,
+  });
   return {
     registry,
+    setDeadLetters(
+      namespace: string,
+      jobworker: string,
+      stats: { quarantined: number; oldestAt: Date | null },
+      maxAgeSeconds: number,
+    ) {
+      oldestDeadLetter.set(`${namespace}/${jobworker}`, {
+        namespace,
+        jobworker,
+        at: stats.oldestAt?.getTime() ?? null,
+      });
+      deadLettersQuarantined.set({ namespace, jobworker }, stats.quarantined);
+      deadLetterMaxAge.set({ namespace, jobworker }, maxAgeSeconds);
+    },
+    forgetDeadLetters(namespace: string, jobworker: string) {
+      oldestDeadLetter.delete(`${namespace}/${jobworker}`);
+      for (const g of [deadLetterOldestAge, deadLettersQuarantined, deadLetterMaxAge])
+        g.remove({ namespace, jobworker });
+    },
     oldestAge: new client.Gauge({
       name: 'jobfleet_queue_oldest_message_age_seconds',
       help: 'Age of the oldest waiting message',

@@ -7,11 +7,14 @@ import { API_VERSION, KIND } from './api/jobworker.js';
 import { Informer, keyOf } from './controller/informer.js';
 import { LeaderElector } from './controller/leader.js';
 import { JobWorkerReconciler, NeedsAttention } from './controller/reconciler.js';
+import { JobReplayController } from './controller/replay-controller.js';
+import { REPLAY_KIND } from './api/jobreplay.js';
 import { WorkQueue } from './controller/workqueue.js';
 import type { KubeClient } from './kube/client.js';
 import { EventRecorder } from './kube/events.js';
 import { operatorMetrics, type OperatorMetrics } from './metrics.js';
 import { LABEL_JOBWORKER } from './reconcile/desired.js';
+import { DeadLetterReader } from './signals/dead-letters.js';
 
 export interface OperatorOptions {
   client: KubeClient;
@@ -33,6 +36,10 @@ export interface OperatorOptions {
   pollMs?: number;
   /** how long a read Secret is reused (default 30 s) */
   secretTtlMs?: number;
+  /** how often each JobWorker's dead-letter quarantine is read (default 30 s) */
+  deadLetterReadMs?: number;
+  /** how often a running JobReplay writes its progress (default 1 s) */
+  replayProgressMs?: number;
   /** Prometheus for fleet signals (throttling) when a JobWorker names none */
   prometheusUrl?: string;
   log?: Logger;
@@ -55,9 +62,19 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
   );
   const namespaces = o.namespaces?.length ? o.namespaces : [undefined];
   let queue: WorkQueue | undefined;
+  let replayQueue: WorkQueue | undefined;
+  const replays = new JobReplayController({
+    client: o.client,
+    events,
+    log,
+    progressEveryMs: o.replayProgressMs,
+  });
   let informers: Informer[] = [];
   const caches = new Map<string, Informer>(); // `${kind}/${namespace ?? ''}` → its informer
+  const deadLetters = new DeadLetterReader();
   const reconciler = new JobWorkerReconciler({
+    deadLetters,
+    deadLetterReadMs: o.deadLetterReadMs,
     client: o.client,
     events,
     metrics,
@@ -84,6 +101,15 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
       },
     });
     queue = q;
+    const rq = new WorkQueue({
+      concurrency: 2,
+      onError: (key, err, retryInMs) =>
+        log.warn(
+          { key, err: (err as Error).message, retryInMs },
+          'JobReplay reconcile failed; retrying',
+        ),
+    });
+    replayQueue = rq;
     const resyncMs = o.resyncMs ?? 5 * 60_000;
     informers = namespaces.flatMap((namespace) => [
       new Informer(o.client, {
@@ -114,8 +140,24 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
       caches.set(`JobWorker/${namespace ?? ''}`, informers[2 * i] as Informer);
       caches.set(`Deployment/${namespace ?? ''}`, informers[2 * i + 1] as Informer);
     });
+    const replayInformers = namespaces.map(
+      (namespace) =>
+        new Informer(o.client, {
+          apiVersion: API_VERSION,
+          kind: REPLAY_KIND,
+          namespace,
+          resyncMs,
+          log,
+          onChange: (key) => rq.add(key),
+        }),
+    );
+    informers.push(...replayInformers);
+    void Promise.all(replayInformers.map((i) => i.start())).then(
+      () => rq.start((key) => replays.reconcile(key)),
+      (err: Error) => log.error({ err: err.message }, 'initial JobReplay list failed'),
+    );
     // Reconcile only once every cache is filled: a key read from a half-filled cache looks deleted.
-    void Promise.all(informers.map((i) => i.start())).then(
+    void Promise.all(informers.slice(0, 2 * namespaces.length).map((i) => i.start())).then(
       () => {
         synced = true;
         q.start((key) => reconciler.reconcile(key));
@@ -130,6 +172,9 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     informers = [];
     await queue?.stop();
     queue = undefined;
+    await replays.stop();
+    await replayQueue?.stop();
+    replayQueue = undefined;
   };
 
   const elector = new LeaderElector(o.client, { ...o.lease, identity: o.identity }, log, {
@@ -176,6 +221,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     stop: async () => {
       await elector.stop();
       await stopControllers();
+      await deadLetters.close();
       await new Promise((r) => server.close(r));
       log.info('operator stopped');
     },

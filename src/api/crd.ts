@@ -1,8 +1,9 @@
-// Generates the JobWorker CustomResourceDefinition from the zod schema that
-// the controller uses. `make crds` writes crds/; a test fails when the file
+// Generates the CustomResourceDefinitions (JobWorker, JobReplay) from the zod
+// schemas the controllers use. `make crds` writes crds/; a test fails when the file
 // and this generator disagree.
 import { stringify } from 'yaml';
 import { z } from 'zod';
+import { REPLAY_KIND, REPLAY_PLURAL, jobReplaySpec, jobReplayStatus } from './jobreplay.js';
 import { GROUP, KIND, PLURAL, VERSION, jobWorkerSpec, jobWorkerStatus } from './jobworker.js';
 
 type Schema = Record<string, unknown>;
@@ -43,19 +44,30 @@ export function toStructural(s: Schema): Schema {
 const schemaOf = (s: z.ZodType) =>
   toStructural(z.toJSONSchema(s, { io: 'input', unrepresentable: 'any' }));
 
-export function jobWorkerCrd(): Schema {
+interface CrdInput {
+  kind: string;
+  plural: string;
+  singular: string;
+  shortNames: string[];
+  description: string;
+  printerColumns: Schema[];
+  spec: z.ZodType;
+  status: z.ZodType;
+}
+
+function crd(c: CrdInput): Schema {
   return {
     apiVersion: 'apiextensions.k8s.io/v1',
     kind: 'CustomResourceDefinition',
-    metadata: { name: `${PLURAL}.${GROUP}` },
+    metadata: { name: `${c.plural}.${GROUP}` },
     spec: {
       group: GROUP,
       names: {
-        kind: KIND,
-        listKind: `${KIND}List`,
-        plural: PLURAL,
-        singular: 'jobworker',
-        shortNames: ['jw'],
+        kind: c.kind,
+        listKind: `${c.kind}List`,
+        plural: c.plural,
+        singular: c.singular,
+        shortNames: c.shortNames,
         categories: ['jobfleet'],
       },
       scope: 'Namespaced',
@@ -65,31 +77,18 @@ export function jobWorkerCrd(): Schema {
           served: true,
           storage: true,
           subresources: { status: {} },
-          additionalPrinterColumns: [
-            { name: 'Desired', type: 'integer', jsonPath: '.status.desiredReplicas' },
-            { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
-            {
-              name: 'Oldest Age',
-              type: 'integer',
-              jsonPath: '.status.oldestMessageAgeSeconds',
-              description: 'Age in seconds of the oldest waiting message',
-            },
-            { name: 'Revision', type: 'string', jsonPath: '.status.currentRevision' },
-            { name: 'Phase', type: 'string', jsonPath: '.status.phase' },
-            { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
-          ],
+          additionalPrinterColumns: c.printerColumns,
           schema: {
             openAPIV3Schema: {
               type: 'object',
-              description:
-                'A fleet of queue workers, scaled on the age of the oldest waiting message and capped by downstream capacity.',
+              description: c.description,
               required: ['spec'],
               properties: {
                 apiVersion: { type: 'string' },
                 kind: { type: 'string' },
                 metadata: { type: 'object' },
-                spec: schemaOf(jobWorkerSpec),
-                status: schemaOf(jobWorkerStatus),
+                spec: schemaOf(c.spec),
+                status: schemaOf(c.status),
               },
             },
           },
@@ -99,6 +98,67 @@ export function jobWorkerCrd(): Schema {
   };
 }
 
+export function jobWorkerCrd(): Schema {
+  return crd({
+    kind: KIND,
+    plural: PLURAL,
+    singular: 'jobworker',
+    shortNames: ['jw'],
+    description:
+      'A fleet of queue workers, scaled on the age of the oldest waiting message and capped by downstream capacity.',
+    printerColumns: [
+      { name: 'Desired', type: 'integer', jsonPath: '.status.desiredReplicas' },
+      { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
+      {
+        name: 'Oldest Age',
+        type: 'integer',
+        jsonPath: '.status.oldestMessageAgeSeconds',
+        description: 'Age in seconds of the oldest waiting message',
+      },
+      { name: 'Revision', type: 'string', jsonPath: '.status.currentRevision' },
+      { name: 'Phase', type: 'string', jsonPath: '.status.phase' },
+      { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    ],
+    spec: jobWorkerSpec,
+    status: jobWorkerStatus,
+  });
+}
+
+export function jobReplayCrd(): Schema {
+  return crd({
+    kind: REPLAY_KIND,
+    plural: REPLAY_PLURAL,
+    singular: 'jobreplay',
+    shortNames: ['jr'],
+    description:
+      "An audited, rate-limited replay of a JobWorker's quarantined dead letters, keeping each job's idempotency key.",
+    printerColumns: [
+      { name: 'JobWorker', type: 'string', jsonPath: '.spec.jobWorker' },
+      { name: 'Phase', type: 'string', jsonPath: '.status.phase' },
+      { name: 'Replayed', type: 'integer', jsonPath: '.status.replayed' },
+      { name: 'Completed', type: 'integer', jsonPath: '.status.completed' },
+      { name: 'Failed Again', type: 'integer', jsonPath: '.status.failedAgain' },
+      { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
+    ],
+    spec: jobReplaySpec,
+    status: jobReplayStatus,
+  });
+}
+
+const header = (source: string) => `# Generated by \`make crds\` from ${source} — do not edit.\n`;
+
 export function jobWorkerCrdYaml(): string {
-  return `# Generated by \`make crds\` from src/api/jobworker.ts — do not edit.\n${stringify(jobWorkerCrd(), { lineWidth: 0 })}`;
+  return `${header('src/api/jobworker.ts')}${stringify(jobWorkerCrd(), { lineWidth: 0 })}`;
+}
+
+export function jobReplayCrdYaml(): string {
+  return `${header('src/api/jobreplay.ts')}${stringify(jobReplayCrd(), { lineWidth: 0 })}`;
+}
+
+/** crds/ file name → its content */
+export function allCrds(): Record<string, string> {
+  return {
+    'jobfleet.dev_jobworkers.yaml': jobWorkerCrdYaml(),
+    'jobfleet.dev_jobreplays.yaml': jobReplayCrdYaml(),
+  };
 }

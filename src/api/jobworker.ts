@@ -247,6 +247,14 @@ export const jobWorkerStatus = z.object({
       message: z.string().optional(),
     })
     .optional(),
+  deadLetters: z
+    .object({
+      quarantined: z.number().int(),
+      oldestDeadLetteredAt: z.string().optional(),
+      owner: z.string().optional(),
+    })
+    .optional()
+    .describe('The quarantine, read from the claims database'),
   currentRevision: z.string().optional(),
   updateRevision: z.string().optional(),
   history: z

@@ -2,9 +2,11 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { jobWorkerCrdYaml } from './crd.js';
+import { allCrds } from './crd.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const file = path.join(root, 'crds', 'jobfleet.dev_jobworkers.yaml');
-writeFileSync(file, jobWorkerCrdYaml());
-console.log(`wrote ${path.relative(root, file)}`);
+for (const [name, yaml] of Object.entries(allCrds())) {
+  const file = path.join(root, 'crds', name);
+  writeFileSync(file, yaml);
+  console.log(`wrote ${path.relative(root, file)}`);
+}

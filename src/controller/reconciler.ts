@@ -24,7 +24,13 @@ import {
   templateHash,
 } from '../reconcile/desired.js';
 import { assignRevision } from '../reconcile/revisions.js';
-import { computeStatus, type DeploymentObservation } from '../reconcile/status.js';
+import {
+  computeStatus,
+  deadLetterDueInMs,
+  type DeadLetterInput,
+  type DeploymentObservation,
+} from '../reconcile/status.js';
+import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.js';
 import { isSubset } from '../reconcile/subset.js';
 import {
   decideReplicas,
@@ -79,7 +85,14 @@ export interface ReconcilerDeps {
   secretTtlMs?: number;
   /** Prometheus for fleet signals when a JobWorker names none (spec.scaling.prometheusUrl) */
   prometheusUrl?: string;
+  /** reads the quarantine from each JobWorker's claims database; unset: not observed */
+  deadLetters?: DeadLetterReader;
+  /** how often a JobWorker's quarantine is read (default 30 s) */
+  deadLetterReadMs?: number;
 }
+
+/** How long a reconcile waits for a quarantine read before going on with the last one. */
+const DEAD_LETTER_READ_WAIT_MS = 2000;
 
 export interface ScalingOutcome {
   desired: number;
@@ -97,8 +110,14 @@ export class JobWorkerReconciler {
   private readonly verified = new Map<string, { hash: string; rv: string; at: number }>();
   /** per JobWorker: the scaler's window and AIMD cap, and the queue-age estimate's memory */
   private readonly scaling = new Map<string, { scaling: ScalingState; age: AgeMemory }>();
+  /** per JobWorker: the last quarantine read (or its error) and a read in flight */
+  private readonly deadLetterReads = new Map<
+    string,
+    { at: number; stats?: DeadLetterStats; error?: string; inflight?: Promise<void> }
+  >();
   private readonly now: () => Date;
   private readonly pollMs: number;
+  private readonly deadLetterReadMs: number;
   /** Secrets are not watched (they are not ours to list): read at most every 30 s per Secret. Values never leave memory. */
   private readonly secretCache = new Map<
     string,
@@ -108,6 +127,7 @@ export class JobWorkerReconciler {
   constructor(private readonly d: ReconcilerDeps) {
     this.now = d.now ?? (() => new Date());
     this.pollMs = d.pollMs ?? 10_000;
+    this.deadLetterReadMs = d.deadLetterReadMs ?? 30_000;
   }
 
   async reconcile(key: string): Promise<ProcessResult> {
@@ -178,6 +198,10 @@ export class JobWorkerReconciler {
           )
         : undefined;
     const desiredReplicas = scaling?.desired ?? current;
+    const deadLetters =
+      spec && this.d.deadLetters
+        ? await this.observeDeadLetters(namespace, name, spec, secrets.values)
+        : undefined;
 
     if (spec && problems.length === 0) {
       const jw = { ...raw, spec } as unknown as JobWorker;
@@ -245,6 +269,7 @@ export class JobWorkerReconciler {
       history,
       now,
       scaling,
+      deadLetters,
     });
     if (!isDeepStrictEqual(normalize(status), normalize(previous ?? {}))) {
       await this.write(
@@ -256,7 +281,13 @@ export class JobWorkerReconciler {
     // Deployment changes wake us through its watch; queue age has no watch, so poll it.
     if (status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'True'))
       return { requeueAfterMs: Math.min(5000, this.pollMs) };
-    return scaling?.polling ? { requeueAfterMs: this.pollMs } : {};
+    // The quarantine has no watch either: read it again soon, and turn the
+    // condition at the moment the oldest entry passes maxAge.
+    const deadLetterDue = deadLetters
+      ? Math.min(this.deadLetterReadMs, deadLetterDueInMs(deadLetters, now) ?? Infinity)
+      : undefined;
+    const after = Math.min(scaling?.polling ? this.pollMs : Infinity, deadLetterDue ?? Infinity);
+    return Number.isFinite(after) ? { requeueAfterMs: after } : {};
   }
 
   /** Desired replicas from the queue's signals, through the pure decision in src/reconcile/scaling.ts. */
@@ -432,8 +463,56 @@ export class JobWorkerReconciler {
     }
   }
 
+  /**
+   * The last quarantine read for this JobWorker, refreshed every 30 s. A slow
+   * database holds the reconcile for at most 2 s; the read finishes in the
+   * background and the next reconcile sees it.
+   */
+  private async observeDeadLetters(
+    namespace: string,
+    name: string,
+    spec: JobWorkerSpec,
+    secrets: Map<string, string>,
+  ): Promise<DeadLetterInput | undefined> {
+    const claimsUrl = secrets.get('spec.claims.urlSecretRef');
+    if (!claimsUrl || !this.d.deadLetters) return undefined;
+    const key = `${namespace}/${name}`;
+    const reader = this.d.deadLetters;
+    const entry = this.deadLetterReads.get(key) ?? { at: 0 };
+    this.deadLetterReads.set(key, entry);
+    const nowMs = this.now().getTime();
+    if (!entry.inflight && nowMs - entry.at >= this.deadLetterReadMs) {
+      const read = reader.read(claimsUrl, spec.broker.queue).then(
+        (stats) => {
+          Object.assign(entry, { stats, error: undefined, at: this.now().getTime() });
+          this.d.metrics.setDeadLetters(namespace, name, stats, spec.deadLetter.maxAgeSeconds);
+        },
+        (err: Error) => {
+          Object.assign(entry, { error: err.message, at: this.now().getTime() });
+        },
+      );
+      entry.inflight = read.finally(() => {
+        entry.inflight = undefined;
+      });
+    }
+    if (entry.inflight)
+      await Promise.race([
+        entry.inflight,
+        new Promise((r) => setTimeout(r, DEAD_LETTER_READ_WAIT_MS)),
+      ]);
+    return {
+      owner: spec.deadLetter.owner,
+      maxAgeSeconds: spec.deadLetter.maxAgeSeconds,
+      queue: spec.broker.queue,
+      stats: entry.stats,
+      error: entry.error,
+    };
+  }
+
   private forget(namespace: string, name: string): void {
     this.scaling.delete(`${namespace}/${name}`);
+    this.deadLetterReads.delete(`${namespace}/${name}`);
+    this.d.metrics.forgetDeadLetters(namespace, name);
     for (const k of [...this.verified.keys()])
       if (k.endsWith(`/${namespace}/${name}`) || k.endsWith(`/${namespace}/${name}-metrics`))
         this.verified.delete(k);

@@ -55,6 +55,8 @@ export interface ReplayDeps {
   onProgress?: (p: ReplayProgress) => void;
   /** how often the failure threshold is checked, in replayed messages (1: before each) */
   checkEvery?: number;
+  /** stops the pass between messages (the operator lost its lease, or is shutting down) */
+  signal?: AbortSignal;
 }
 
 export class ReplayRefused extends Error {
@@ -193,7 +195,7 @@ async function pass(
   const report = () => d.onProgress?.({ ...p });
   // Messages dead-lettered during the pass land behind the ones counted here.
   const depth = wanted.size ? (await ch.checkQueue(req.deadLetterQueue)).messageCount : 0;
-  while (wanted.size && p.scanned < depth) {
+  while (wanted.size && p.scanned < depth && !d.signal?.aborted) {
     const m = await ch.get(req.deadLetterQueue, { noAck: false });
     if (!m) break;
     p.scanned++;
@@ -287,7 +289,7 @@ async function pass(
     p.pending++;
     report();
   }
-  p.notFound = p.stoppedBy ? 0 : wanted.size;
+  p.notFound = p.stoppedBy || d.signal?.aborted ? 0 : wanted.size;
   if (mode === 'replay') Object.assign(p, await d.store.replayCounts(req.replayId));
   p.done = true;
   p.message =

@@ -57,6 +57,7 @@ const PLURALS: Record<string, string> = {
   ServiceAccount: 'serviceaccounts',
   ConfigMap: 'configmaps',
   JobWorker: 'jobworkers',
+  JobReplay: 'jobreplays',
 };
 
 export function resourcePath(

@@ -13,6 +13,49 @@ export interface DeploymentObservation {
   availableReplicas: number;
 }
 
+export interface DeadLetterInput {
+  owner: string;
+  maxAgeSeconds: number;
+  queue: string;
+  /** the last read; undefined until one succeeds */
+  stats?: { quarantined: number; oldestAt: Date | null };
+  /** why the last read failed */
+  error?: string;
+}
+
+/** The DeadLettersOverdue condition: True once the oldest quarantined entry is older than maxAgeSeconds. */
+export function deadLetterCondition(dl: DeadLetterInput, now: Date): ConditionInput {
+  const type = 'DeadLettersOverdue';
+  if (!dl.stats)
+    return { type, status: 'Unknown', reason: 'Unreadable', message: dl.error ?? 'Not read yet.' };
+  const { quarantined, oldestAt } = dl.stats;
+  if (quarantined === 0 || !oldestAt)
+    return { type, status: 'False', reason: 'Empty', message: 'No dead letters are quarantined.' };
+  const where = `Owner ${dl.owner}: \`jobfleet dlq list --queue ${dl.queue}\`, then docs/dead-letters.md.`;
+  const since = oldestAt.toISOString().replace(/\.\d{3}Z$/, 'Z');
+  if (now.getTime() - oldestAt.getTime() > dl.maxAgeSeconds * 1000)
+    return {
+      type,
+      status: 'True',
+      reason: 'OldestDeadLetterOverdue',
+      message: `${quarantined} dead letter${quarantined === 1 ? '' : 's'} quarantined; the oldest, from ${since}, is past maxAgeSeconds ${dl.maxAgeSeconds}. ${where}`,
+    };
+  return {
+    type,
+    status: 'False',
+    reason: 'WithinMaxAge',
+    message: `${quarantined} dead letter${quarantined === 1 ? '' : 's'} quarantined, the oldest from ${since}, within maxAgeSeconds ${dl.maxAgeSeconds}. ${where}`,
+  };
+}
+
+/** When the oldest entry will pass maxAge (ms from now), so the condition turns on time; undefined if never. */
+export function deadLetterDueInMs(dl: DeadLetterInput, now: Date): number | undefined {
+  const oldest = dl.stats?.oldestAt;
+  if (!oldest) return undefined;
+  const due = oldest.getTime() + dl.maxAgeSeconds * 1000 - now.getTime();
+  return due > 0 ? due + 1000 : undefined;
+}
+
 export interface StatusInput {
   generation: number;
   previous: JobWorkerStatus | undefined;
@@ -23,6 +66,7 @@ export interface StatusInput {
   updateRevision: string | undefined;
   history: HistoryEntry[];
   now: Date;
+  deadLetters?: DeadLetterInput;
   scaling?: {
     limitedBy: NonNullable<JobWorkerStatus['scaling']>['limitedBy'];
     message: string;
@@ -133,6 +177,8 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     );
   }
 
+  if (i.deadLetters) set(deadLetterCondition(i.deadLetters, i.now));
+
   if (!conditions.some((c) => c.type === 'RolloutBlocked')) {
     set({
       type: 'RolloutBlocked',
@@ -167,6 +213,14 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
       status.oldestMessageAgeSeconds = coarse(i.scaling.oldestAgeSeconds);
     if (i.scaling.queueDepth !== undefined) status.queueDepth = coarse(i.scaling.queueDepth);
     if (i.scaling.ageSource) status.ageSource = i.scaling.ageSource;
+  }
+  if (i.deadLetters?.stats) {
+    const oldest = i.deadLetters.stats.oldestAt;
+    status.deadLetters = {
+      quarantined: i.deadLetters.stats.quarantined,
+      owner: i.deadLetters.owner,
+      ...(oldest ? { oldestDeadLetteredAt: oldest.toISOString().replace(/\.\d{3}Z$/, 'Z') } : {}),
+    };
   }
   status.phase = phaseOf(conditions);
   return dropUndefined(status);

@@ -1,0 +1,312 @@
+// Reconciles JobReplay resources: resolves the JobWorker's queue and
+// credentials, runs the replay (src/dlq/replay.ts) in the background and
+// writes its progress to status. The audit rows carry the JobReplay's uid as
+// the replay id, so a replay interrupted by an operator restart or a leader
+// change resumes where it stopped: resolved entries are no longer selected,
+// and what was already replayed counts against maxCount.
+import amqp from 'amqplib';
+import pg from 'pg';
+import type { Logger } from 'pino';
+import { API_VERSION, KIND, parseSpec } from '../api/jobworker.js';
+import {
+  REPLAY_KIND,
+  parseReplaySpec,
+  type JobReplaySpec,
+  type JobReplayStatus,
+} from '../api/jobreplay.js';
+import { replay, type ReplayProgress } from '../dlq/replay.js';
+import { DeadLetterStore } from '../dlq/store.js';
+import type { KubeClient, KubeObject } from '../kube/client.js';
+import type { EventRecorder } from '../kube/events.js';
+import { FIELD_MANAGER } from '../reconcile/desired.js';
+import { ClaimStore } from '../../worker/claim-store.js';
+import type { ProcessResult } from './workqueue.js';
+
+/** After the pass, how long replayed jobs are waited for before the replay reports what it saw. */
+const SETTLE_TIMEOUT_MS = 15 * 60_000;
+const TERMINAL = new Set(['Succeeded', 'Failed', 'Stopped']);
+
+export interface ReplayControllerDeps {
+  client: KubeClient;
+  events: EventRecorder;
+  log: Logger;
+  now?: () => Date;
+  /** status writes at most this often while a replay runs (default 1 s) */
+  progressEveryMs?: number;
+  /** how often replayed jobs are checked after the pass (default 2 s) */
+  settlePollMs?: number;
+}
+
+type JobReplay = KubeObject & { spec?: unknown; status?: JobReplayStatus };
+
+const iso = (d: Date) => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+
+export class JobReplayController {
+  private readonly runs = new Map<string, { abort: AbortController; done: Promise<void> }>();
+  /** per JobReplay uid: the status last written */
+  private readonly written = new Map<string, JobReplayStatus>();
+  private readonly now: () => Date;
+
+  constructor(private readonly d: ReplayControllerDeps) {
+    this.now = d.now ?? (() => new Date());
+  }
+
+  async reconcile(key: string): Promise<ProcessResult> {
+    const [namespace, name] = key.split('/') as [string, string];
+    const jr = await this.d.client.find<JobReplay>(API_VERSION, REPLAY_KIND, namespace, name);
+    if (!jr || jr.metadata.deletionTimestamp) {
+      this.runs.get(key)?.abort.abort();
+      return {};
+    }
+    if (TERMINAL.has(jr.status?.phase ?? '')) return {};
+    if (this.runs.has(key)) return {};
+
+    const parsed = parseReplaySpec(jr.spec);
+    if (!parsed.ok) {
+      // The spec is immutable: an invalid one can only be replaced.
+      await this.writeStatus(jr, {
+        phase: 'Failed',
+        message: `The spec is invalid: ${parsed.problems.join('; ')}. Create a corrected JobReplay.`,
+        finishedAt: iso(this.now()),
+      });
+      return {};
+    }
+    const spec = parsed.spec;
+    const target = await this.resolve(namespace, spec);
+    if ('problem' in target) {
+      await this.writeStatus(jr, { phase: 'Pending', message: target.problem });
+      return { requeueAfterMs: 10_000 };
+    }
+    const abort = new AbortController();
+    const done = this.run(jr, spec, target, abort.signal)
+      .catch(async (err: Error) => {
+        this.d.log.warn(
+          { key, err: err.message },
+          'replay interrupted; it resumes on the next reconcile',
+        );
+        await this.writeStatus(jr, {
+          message: `Interrupted: ${err.message}. Retrying; what was replayed stays replayed.`,
+        }).catch(() => undefined);
+      })
+      .finally(() => this.runs.delete(key));
+    this.runs.set(key, { abort, done });
+    // Wakes the controller once the run ends (to resume after an interruption).
+    return { requeueAfterMs: 10_000 };
+  }
+
+  /** The JobWorker's queues and its Secrets' URLs; a problem names what to fix. */
+  private async resolve(
+    namespace: string,
+    spec: JobReplaySpec,
+  ): Promise<
+    | { queue: string; deadLetterQueue: string; amqpUrl: string; claimsUrl: string }
+    | { problem: string }
+  > {
+    const jw = await this.d.client.find<KubeObject & { spec?: unknown }>(
+      API_VERSION,
+      KIND,
+      namespace,
+      spec.jobWorker,
+    );
+    if (!jw)
+      return {
+        problem: `JobWorker ${namespace}/${spec.jobWorker} does not exist: fix spec.jobWorker.`,
+      };
+    const parsed = parseSpec(jw.spec);
+    if (!parsed.ok)
+      return { problem: `JobWorker ${spec.jobWorker} has an invalid spec: fix it first.` };
+    const s = parsed.spec;
+    const urls: string[] = [];
+    for (const [field, ref] of [
+      ['spec.broker.urlSecretRef', s.broker.urlSecretRef],
+      ['spec.claims.urlSecretRef', s.claims.urlSecretRef],
+    ] as const) {
+      const secret = await this.d.client.find<KubeObject & { data?: Record<string, string> }>(
+        'v1',
+        'Secret',
+        namespace,
+        ref.name,
+      );
+      const encoded = secret?.data?.[ref.key];
+      if (!encoded)
+        return {
+          problem: `Secret ${namespace}/${ref.name} key "${ref.key}" (the JobWorker's ${field}) is missing.`,
+        };
+      urls.push(Buffer.from(encoded, 'base64').toString('utf8').trim());
+    }
+    return {
+      queue: s.broker.queue,
+      deadLetterQueue: s.retry.deadLetterQueue ?? `${s.broker.queue}.dlq`,
+      amqpUrl: urls[0]!,
+      claimsUrl: urls[1]!,
+    };
+  }
+
+  private async run(
+    jr: JobReplay,
+    spec: JobReplaySpec,
+    t: { queue: string; deadLetterQueue: string; amqpUrl: string; claimsUrl: string },
+    signal: AbortSignal,
+  ): Promise<void> {
+    const pool = new pg.Pool({
+      connectionString: t.claimsUrl,
+      max: 2,
+      connectionTimeoutMillis: 5000,
+    });
+    pool.on('error', () => undefined);
+    const conn = await amqp.connect(t.amqpUrl);
+    conn.on('error', () => undefined);
+    try {
+      const channel = await conn.createConfirmChannel();
+      await new ClaimStore(pool).migrate(); // the audit tables, when no worker of this version ran yet
+      const store = new DeadLetterStore(pool);
+      const startedAt = jr.status?.startedAt ?? iso(this.now());
+      const target = {
+        apiVersion: API_VERSION,
+        kind: REPLAY_KIND,
+        metadata: {
+          name: jr.metadata.name,
+          namespace: jr.metadata.namespace as string,
+          uid: jr.metadata.uid as string,
+        },
+      };
+      if (!jr.status?.startedAt)
+        await this.d.events.emit(
+          target,
+          'Normal',
+          'ReplayStarted',
+          `${spec.initiator} replays dead letters of ${spec.jobWorker} at ${spec.ratePerSecond}/s (max ${spec.maxCount}): ${spec.reason}`,
+        );
+      await this.writeStatus(jr, { phase: 'Running', startedAt, message: 'Replaying.' });
+
+      let lastWrite = 0;
+      let writing: Promise<unknown> = Promise.resolve();
+      const progress = (p: ReplayProgress, phase: JobReplayStatus['phase'] = 'Running') =>
+        this.writeStatus(jr, { phase, ...counts(p), message: p.message || 'Replaying.' });
+      const p = await replay(
+        {
+          selector: {
+            queue: t.queue,
+            ids: spec.selector.ids,
+            keys: spec.selector.keys,
+            reason: spec.selector.reasonContains,
+            failureClass: spec.selector.failureClass,
+            since: spec.selector.since ? new Date(spec.selector.since) : undefined,
+            until: spec.selector.until ? new Date(spec.selector.until) : undefined,
+          },
+          deadLetterQueue: t.deadLetterQueue,
+          replayId: jr.metadata.uid as string,
+          initiator: spec.initiator,
+          reason: spec.reason,
+          ratePerSecond: spec.ratePerSecond,
+          burst: spec.burst,
+          maxCount: spec.maxCount,
+          failureThreshold: spec.failureThreshold,
+        },
+        {
+          store,
+          channel,
+          now: () => this.now().getTime(),
+          sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+          signal,
+          onProgress: (x) => {
+            const now = Date.now();
+            if (x.done || now - lastWrite < (this.d.progressEveryMs ?? 1000)) return;
+            lastWrite = now;
+            writing = writing.then(() => progress(x)).catch(() => undefined);
+          },
+        },
+      );
+      await writing;
+      if (signal.aborted) return;
+      if (p.stoppedBy) {
+        await this.finish(jr, target, 'Stopped', p, 'Warning', 'ReplayStopped');
+        return;
+      }
+      // The pass is done; the replayed jobs run on the workers. Wait for them.
+      let last = p;
+      const until = Date.now() + SETTLE_TIMEOUT_MS;
+      while (last.pending > 0 && Date.now() < until && !signal.aborted) {
+        await progress({
+          ...last,
+          message: `Replayed; waiting for ${last.pending} jobs to finish.`,
+        });
+        await new Promise((r) => setTimeout(r, this.d.settlePollMs ?? 2000));
+        last = { ...last, ...(await store.replayCounts(jr.metadata.uid as string)) };
+      }
+      if (signal.aborted) return;
+      const ok = last.failedAgain === 0 && last.pending === 0 && last.notFound === 0;
+      await this.finish(
+        jr,
+        target,
+        ok ? 'Succeeded' : 'Failed',
+        last,
+        ok ? 'Normal' : 'Warning',
+        ok ? 'ReplaySucceeded' : 'ReplayFailed',
+      );
+    } finally {
+      await conn.close().catch(() => undefined);
+      await pool.end().catch(() => undefined);
+    }
+  }
+
+  private async finish(
+    jr: JobReplay,
+    target: Parameters<EventRecorder['emit']>[0],
+    phase: 'Succeeded' | 'Failed' | 'Stopped',
+    p: ReplayProgress,
+    type: 'Normal' | 'Warning',
+    reason: string,
+  ): Promise<void> {
+    const message =
+      phase === 'Stopped'
+        ? p.message
+        : `replayed ${p.replayed} of ${p.selected} selected; skipped ${p.skipped} already completed; completed ${p.completed}, failed again ${p.failedAgain}, pending ${p.pending}${p.notFound ? `; ${p.notFound} not found in the dead-letter queue` : ''}`;
+    await this.writeStatus(jr, { phase, ...counts(p), message, finishedAt: iso(this.now()) });
+    await this.d.events.emit(target, type, reason, message);
+  }
+
+  /**
+   * Server-side apply owns what it sends: every write carries the whole
+   * status (the last one written plus the change), or fields would vanish.
+   */
+  private async writeStatus(jr: JobReplay, s: JobReplayStatus): Promise<void> {
+    const uid = jr.metadata.uid as string;
+    const status = {
+      ...(this.written.get(uid) ?? jr.status),
+      ...s,
+      observedGeneration: jr.metadata.generation ?? 1,
+    };
+    this.written.set(uid, status);
+    if (this.written.size > 10_000) this.written.clear();
+    await this.d.client.apply(
+      {
+        apiVersion: API_VERSION,
+        kind: REPLAY_KIND,
+        metadata: { name: jr.metadata.name, namespace: jr.metadata.namespace },
+        status,
+      },
+      FIELD_MANAGER,
+      { subresource: 'status' },
+    );
+  }
+
+  /** Stops every run (leadership lost, or shutdown); each resumes wherever the next leader reconciles it. */
+  async stop(): Promise<void> {
+    const runs = [...this.runs.values()];
+    for (const r of runs) r.abort.abort();
+    await Promise.all(runs.map((r) => r.done));
+  }
+}
+
+function counts(p: ReplayProgress): JobReplayStatus {
+  return {
+    selected: p.selected,
+    replayed: p.replayed,
+    skipped: p.skipped,
+    completed: p.completed,
+    failedAgain: p.failedAgain,
+    pending: p.pending,
+    notFound: p.notFound,
+  };
+}

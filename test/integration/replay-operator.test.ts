@@ -1,0 +1,267 @@
+// The operator's side of the quarantine, on the real kube-apiserver with real
+// RabbitMQ and PostgreSQL: it reads each JobWorker's dead letters (status,
+// DeadLettersOverdue, the age gauge) and drives a JobReplay resource to
+// completion, writing progress to its status.
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { KubeClient, type KubeObject } from '../../src/kube/client.js';
+import { startOperator, type Operator } from '../../src/operator.js';
+import { Permanent } from '../../worker/index.js';
+import { jobfleet } from '../fixtures/jobfleet-cli.js';
+import { eventually } from '../ground/eventually.js';
+import { useKube } from '../ground/index.js';
+import { CONTRACT, QUEUE, harness, type Harness } from './worker-harness.js';
+
+let h: Harness;
+let ns: Awaited<ReturnType<typeof useKube>>;
+let client: KubeClient;
+let op: Operator | undefined;
+
+beforeEach(async () => {
+  h = await harness();
+  ns = await useKube();
+  client = new KubeClient(ns.kc);
+});
+afterEach(async () => {
+  await op?.stop();
+  op = undefined;
+  await ns?.cleanup();
+  await h?.cleanup();
+});
+
+type Status = Record<string, any>;
+const get = (kind: 'JobWorker' | 'JobReplay', name: string) =>
+  client.get<KubeObject & { status?: Status }>('jobfleet.dev/v1alpha1', kind, ns.namespace, name);
+const condition = (o: { status?: Status }, type: string) =>
+  (
+    o.status?.conditions as
+      Array<{ type: string; status: string; reason: string; message: string }> | undefined
+  )?.find((c) => c.type === type);
+
+async function setUp(): Promise<void> {
+  for (const [name, url] of [
+    ['rabbitmq', h.rabbit.amqpUrl],
+    ['claims-db', h.db.url],
+  ] as const)
+    await client.apply(
+      {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name, namespace: ns.namespace },
+        stringData: { url },
+      },
+      'test',
+    );
+  await client.apply(
+    {
+      apiVersion: 'jobfleet.dev/v1alpha1',
+      kind: 'JobWorker',
+      metadata: { name: 'shipper', namespace: ns.namespace },
+      spec: {
+        image: 'registry.example.com/shipping/worker:1.0.0',
+        broker: { urlSecretRef: { name: 'rabbitmq', key: 'url' }, queue: QUEUE },
+        claims: { urlSecretRef: { name: 'claims-db', key: 'url' } },
+        contract: { idempotencyKey: CONTRACT.keyRule, schemaVersions: CONTRACT.schemaVersions },
+        deadLetter: { owner: 'team-shipping', maxAgeSeconds: 60 },
+      },
+    },
+    'test-user',
+  );
+  op = await startOperator({
+    client,
+    namespaces: [ns.namespace],
+    identity: 'op-1',
+    lease: {
+      namespace: ns.namespace,
+      name: 'jobfleet-operator',
+      leaseDurationSeconds: 4,
+      renewDeadlineSeconds: 3,
+      retryPeriodSeconds: 1,
+    },
+    port: 0,
+    deadLetterReadMs: 500,
+    replayProgressMs: 100,
+    log: pino({ level: process.env.JOBFLEET_TEST_LOG ?? 'silent' }),
+  });
+}
+
+async function gauge(name: string): Promise<number | undefined> {
+  const m = (await op!.metrics.registry.getSingleMetric(name)?.get()) as
+    { values: Array<{ value: number; labels: Record<string, unknown> }> } | undefined;
+  return m?.values.find(
+    (v) => v.labels.jobworker === 'shipper' && v.labels.namespace === ns.namespace,
+  )?.value;
+}
+
+describe('the quarantine, seen by the operator', () => {
+  it('reports dead letters in status, turns DeadLettersOverdue past maxAge, and exports their age', async () => {
+    const broken = new Set(['q-1', 'q-2', 'q-3']);
+    await h.startWorker({
+      handlers: {
+        ship: h.effectHandler((job) => {
+          const id = (job.payload as { orderId: string }).orderId;
+          if (broken.has(id)) throw new Permanent(`order ${id} rejected`);
+        }),
+      },
+      config: { deadLetterOwner: 'team-shipping' },
+    });
+    for (const id of broken) await h.job(id);
+    await setUp();
+    const within = await eventually('3 dead letters in status', async () => {
+      const jw = await get('JobWorker', 'shipper');
+      return jw.status?.deadLetters?.quarantined === 3 ? jw : undefined;
+    });
+    expect(within.status?.deadLetters).toMatchObject({ owner: 'team-shipping', quarantined: 3 });
+    expect(condition(within, 'DeadLettersOverdue')).toMatchObject({
+      status: 'False',
+      reason: 'WithinMaxAge',
+    });
+    expect(await gauge('jobfleet_dead_letters_quarantined')).toBe(3);
+
+    // Two minutes old now, past maxAgeSeconds 60.
+    await h.db.pool.query(
+      `update jobfleet_dead_letters set dead_lettered_at = now() - interval '2 minutes'`,
+    );
+    const overdue = await eventually('DeadLettersOverdue', async () => {
+      const jw = await get('JobWorker', 'shipper');
+      return condition(jw, 'DeadLettersOverdue')?.status === 'True' ? jw : undefined;
+    });
+    expect(condition(overdue, 'DeadLettersOverdue')).toMatchObject({
+      reason: 'OldestDeadLetterOverdue',
+      message: expect.stringContaining(
+        'Owner team-shipping: `jobfleet dlq list --queue orders.ship`',
+      ),
+    });
+    expect(await gauge('jobfleet_dead_letter_oldest_age_seconds')).toBeGreaterThanOrEqual(120);
+    expect(await gauge('jobfleet_dead_letter_max_age_seconds')).toBe(60);
+
+    // The fix ships; a JobReplay brings the three back.
+    broken.clear();
+    await client.apply(
+      {
+        apiVersion: 'jobfleet.dev/v1alpha1',
+        kind: 'JobReplay',
+        metadata: { name: 'after-fix', namespace: ns.namespace },
+        spec: {
+          jobWorker: 'shipper',
+          selector: { failureClass: 'permanent' },
+          ratePerSecond: 2,
+          burst: 1,
+          initiator: 'carol',
+          reason: 'carrier fixed the rejection (INC-9)',
+        },
+      },
+      'test-user',
+    );
+    const seen: string[] = [];
+    const done = await eventually(
+      'the JobReplay to succeed',
+      async () => {
+        const jr = await get('JobReplay', 'after-fix');
+        const s = jr.status ?? {};
+        const line = `${s.phase}:${s.replayed ?? 0}`;
+        if (s.phase && seen.at(-1) !== line) seen.push(line);
+        return s.phase === 'Succeeded' ? jr : undefined;
+      },
+      60_000,
+      50,
+    );
+    expect(done.status).toMatchObject({
+      selected: 3,
+      replayed: 3,
+      completed: 3,
+      failedAgain: 0,
+      pending: 0,
+    });
+    expect(done.status?.message).toContain('replayed 3 of 3 selected');
+    // Progress was written while it ran, not only at the end.
+    expect(seen.filter((l) => l.startsWith('Running:')).length).toBeGreaterThanOrEqual(2);
+    expect(await h.effects()).toBe(3);
+    const { rows } = await h.db.pool.query(
+      'select distinct initiator, reason, replay_id from jobfleet_dead_letter_audit',
+    );
+    expect(rows).toEqual([
+      {
+        initiator: 'carol',
+        reason: 'carrier fixed the rejection (INC-9)',
+        replay_id: done.metadata.uid,
+      },
+    ]);
+
+    const empty = await eventually('the quarantine empty', async () => {
+      const jw = await get('JobWorker', 'shipper');
+      return condition(jw, 'DeadLettersOverdue')?.reason === 'Empty' ? jw : undefined;
+    });
+    expect(empty.status?.deadLetters?.quarantined).toBe(0);
+    expect(await gauge('jobfleet_dead_letter_oldest_age_seconds')).toBe(0);
+    expect((await jobfleet(['verify', '--claims-url', h.db.url])).code).toBe(0);
+  });
+
+  it('a JobReplay naming a missing JobWorker waits in Pending and says what to fix', async () => {
+    await setUp();
+    await client.apply(
+      {
+        apiVersion: 'jobfleet.dev/v1alpha1',
+        kind: 'JobReplay',
+        metadata: { name: 'typo', namespace: ns.namespace },
+        spec: {
+          jobWorker: 'shiper',
+          selector: { failureClass: 'permanent' },
+          initiator: 'dan',
+          reason: 'retry',
+        },
+      },
+      'test-user',
+    );
+    const jr = await eventually('Pending with a message', async () => {
+      const r = await get('JobReplay', 'typo');
+      return r.status?.phase === 'Pending' ? r : undefined;
+    });
+    expect(jr.status?.message).toBe(
+      `JobWorker ${ns.namespace}/shiper does not exist: fix spec.jobWorker.`,
+    );
+  });
+
+  it('the apiserver refuses a JobReplay without a selection, and changes to one', async () => {
+    const bad = client.apply(
+      {
+        apiVersion: 'jobfleet.dev/v1alpha1',
+        kind: 'JobReplay',
+        metadata: { name: 'everything', namespace: ns.namespace },
+        spec: { jobWorker: 'shipper', selector: {}, initiator: 'dan', reason: 'retry all' },
+      },
+      'test-user',
+    );
+    await expect(bad).rejects.toThrow(/select something: ids, keys, reasonContains/);
+    await client.apply(
+      {
+        apiVersion: 'jobfleet.dev/v1alpha1',
+        kind: 'JobReplay',
+        metadata: { name: 'one', namespace: ns.namespace },
+        spec: {
+          jobWorker: 'shipper',
+          selector: { ids: [1] },
+          initiator: 'dan',
+          reason: 'retry one',
+        },
+      },
+      'test-user',
+    );
+    await expect(
+      client.apply(
+        {
+          apiVersion: 'jobfleet.dev/v1alpha1',
+          kind: 'JobReplay',
+          metadata: { name: 'one', namespace: ns.namespace },
+          spec: {
+            jobWorker: 'shipper',
+            selector: { ids: [2] },
+            initiator: 'dan',
+            reason: 'retry one',
+          },
+        },
+        'test-user',
+      ),
+    ).rejects.toThrow(/a JobReplay cannot be changed/);
+  });
+});
