@@ -7,7 +7,7 @@
 import amqp from 'amqplib';
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { API_VERSION, KIND, parseSpec } from '../api/jobworker.js';
+import { API_VERSION } from '../api/jobworker.js';
 import {
   REPLAY_KIND,
   parseReplaySpec,
@@ -18,6 +18,7 @@ import { replay, type ReplayProgress } from '../dlq/replay.js';
 import { DeadLetterStore } from '../dlq/store.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { EventRecorder } from '../kube/events.js';
+import { resolveJobWorker } from '../kube/jobworker-target.js';
 import { FIELD_MANAGER } from '../reconcile/desired.js';
 import { ClaimStore } from '../../worker/claim-store.js';
 import type { ProcessResult } from './workqueue.js';
@@ -72,9 +73,10 @@ export class JobReplayController {
       return {};
     }
     const spec = parsed.spec;
-    const target = await this.resolve(namespace, spec);
+    const target = await resolveJobWorker(this.d.client, namespace, spec.jobWorker);
     if ('problem' in target) {
-      await this.writeStatus(jr, { phase: 'Pending', message: target.problem });
+      const fix = target.missing ? 'fix spec.jobWorker' : 'fix it, and the replay starts';
+      await this.writeStatus(jr, { phase: 'Pending', message: `${target.problem}: ${fix}.` });
       return { requeueAfterMs: 10_000 };
     }
     const abort = new AbortController();
@@ -92,54 +94,6 @@ export class JobReplayController {
     this.runs.set(key, { abort, done });
     // Wakes the controller once the run ends (to resume after an interruption).
     return { requeueAfterMs: 10_000 };
-  }
-
-  /** The JobWorker's queues and its Secrets' URLs; a problem names what to fix. */
-  private async resolve(
-    namespace: string,
-    spec: JobReplaySpec,
-  ): Promise<
-    | { queue: string; deadLetterQueue: string; amqpUrl: string; claimsUrl: string }
-    | { problem: string }
-  > {
-    const jw = await this.d.client.find<KubeObject & { spec?: unknown }>(
-      API_VERSION,
-      KIND,
-      namespace,
-      spec.jobWorker,
-    );
-    if (!jw)
-      return {
-        problem: `JobWorker ${namespace}/${spec.jobWorker} does not exist: fix spec.jobWorker.`,
-      };
-    const parsed = parseSpec(jw.spec);
-    if (!parsed.ok)
-      return { problem: `JobWorker ${spec.jobWorker} has an invalid spec: fix it first.` };
-    const s = parsed.spec;
-    const urls: string[] = [];
-    for (const [field, ref] of [
-      ['spec.broker.urlSecretRef', s.broker.urlSecretRef],
-      ['spec.claims.urlSecretRef', s.claims.urlSecretRef],
-    ] as const) {
-      const secret = await this.d.client.find<KubeObject & { data?: Record<string, string> }>(
-        'v1',
-        'Secret',
-        namespace,
-        ref.name,
-      );
-      const encoded = secret?.data?.[ref.key];
-      if (!encoded)
-        return {
-          problem: `Secret ${namespace}/${ref.name} key "${ref.key}" (the JobWorker's ${field}) is missing.`,
-        };
-      urls.push(Buffer.from(encoded, 'base64').toString('utf8').trim());
-    }
-    return {
-      queue: s.broker.queue,
-      deadLetterQueue: s.retry.deadLetterQueue ?? `${s.broker.queue}.dlq`,
-      amqpUrl: urls[0]!,
-      claimsUrl: urls[1]!,
-    };
   }
 
   private async run(

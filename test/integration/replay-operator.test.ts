@@ -2,16 +2,23 @@
 // RabbitMQ and PostgreSQL: it reads each JobWorker's dead letters (status,
 // DeadLettersOverdue, the age gauge) and drives a JobReplay resource to
 // completion, writing progress to its status.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, symlinkSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import { startOperator, type Operator } from '../../src/operator.js';
 import { Permanent } from '../../worker/index.js';
 import { jobfleet } from '../fixtures/jobfleet-cli.js';
+import { assetsDir, repoRoot } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
 import { CONTRACT, QUEUE, harness, type Harness } from './worker-harness.js';
 
+const run = promisify(execFile);
 let h: Harness;
 let ns: Awaited<ReturnType<typeof useKube>>;
 let client: KubeClient;
@@ -195,6 +202,50 @@ describe('the quarantine, seen by the operator', () => {
     expect(empty.status?.deadLetters?.quarantined).toBe(0);
     expect(await gauge('jobfleet_dead_letter_oldest_age_seconds')).toBe(0);
     expect((await jobfleet(['verify', '--claims-url', h.db.url])).code).toBe(0);
+  });
+
+  it('kubectl jobworker dlq: the real kubectl finds the plugin, which resolves the JobWorker and its Secrets', async () => {
+    await h.startWorker({
+      handlers: { ship: () => Promise.reject(new Permanent('rejected for good')) },
+    });
+    const { key } = await h.job('k-1');
+    await setUp();
+    await eventually('the dead letter', async () =>
+      (await h.db.pool.query('select 1 from jobfleet_dead_letters')).rowCount ? true : undefined,
+    );
+    const plugins = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-plugins-'));
+    symlinkSync(
+      path.join(repoRoot, 'bin/kubectl-jobworker.mjs'),
+      path.join(plugins, 'kubectl-jobworker'),
+    );
+    const kubectl = (...args: string[]) =>
+      run(path.join(assetsDir(), 'kubectl'), args, {
+        env: {
+          ...process.env,
+          KUBECONFIG: ns.kubeconfigPath,
+          PATH: `${plugins}:${path.dirname(process.execPath)}:/usr/bin:/bin`,
+        },
+        timeout: 60_000,
+      });
+    const list = await kubectl('jobworker', 'dlq', 'list', 'shipper', '-n', ns.namespace, '--json');
+    const rows = (JSON.parse(list.stdout) as { rows: Array<{ id: number; key: string }> }).rows;
+    expect(rows.map((r) => r.key)).toEqual([key]);
+    const show = await kubectl(
+      'jobworker',
+      'dlq',
+      'show',
+      'shipper',
+      String(rows[0]!.id),
+      '-n',
+      ns.namespace,
+    );
+    expect(show.stdout).toMatch(/reason\s+Permanent: rejected for good/);
+    expect(show.stdout).not.toContain('postgres://'); // URLs never printed
+    await expect(
+      kubectl('jobworker', 'dlq', 'list', 'nobody', '-n', ns.namespace),
+    ).rejects.toMatchObject({
+      stderr: expect.stringContaining(`JobWorker ${ns.namespace}/nobody does not exist`),
+    });
   });
 
   it('a JobReplay naming a missing JobWorker waits in Pending and says what to fix', async () => {

@@ -5,7 +5,11 @@ import { parseSpec, type JobWorker } from '../../src/api/jobworker.js';
 import { phaseOf, setCondition } from '../../src/reconcile/conditions.js';
 import { contractHash, desiredDeployment, templateHash } from '../../src/reconcile/desired.js';
 import { assignRevision } from '../../src/reconcile/revisions.js';
-import { computeStatus } from '../../src/reconcile/status.js';
+import {
+  computeStatus,
+  deadLetterCondition,
+  deadLetterDueInMs,
+} from '../../src/reconcile/status.js';
 import { isSubset } from '../../src/reconcile/subset.js';
 
 const spec = (over: Record<string, unknown> = {}) => {
@@ -193,5 +197,50 @@ describe('isSubset', () => {
     [{ a: { b: 1 } }, { a: null }, false],
   ])('%j ⊆ %j → %s', (d, l, r) => {
     expect(isSubset(d, l)).toBe(r);
+  });
+});
+
+describe('dead-letter condition', () => {
+  const now = new Date('2026-11-30T12:00:00Z');
+  const dl = (stats?: { quarantined: number; oldestAt: Date | null }, error?: string) => ({
+    owner: 'team-billing',
+    maxAgeSeconds: 3600,
+    queue: 'invoices.send',
+    stats,
+    error,
+  });
+
+  it('is Unknown until a read succeeds, with the read error', () => {
+    expect(deadLetterCondition(dl(undefined, 'connection refused'), now)).toMatchObject({
+      status: 'Unknown',
+      reason: 'Unreadable',
+      message: 'connection refused',
+    });
+  });
+
+  it('is False when empty or within maxAge, True past it, naming the owner and the command', () => {
+    expect(deadLetterCondition(dl({ quarantined: 0, oldestAt: null }), now)).toMatchObject({
+      status: 'False',
+      reason: 'Empty',
+    });
+    const young = dl({ quarantined: 2, oldestAt: new Date(now.getTime() - 3599_000) });
+    expect(deadLetterCondition(young, now)).toMatchObject({
+      status: 'False',
+      reason: 'WithinMaxAge',
+    });
+    const old = dl({ quarantined: 1, oldestAt: new Date(now.getTime() - 3601_000) });
+    expect(deadLetterCondition(old, now)).toEqual({
+      type: 'DeadLettersOverdue',
+      status: 'True',
+      reason: 'OldestDeadLetterOverdue',
+      message:
+        '1 dead letter quarantined; the oldest, from 2026-11-30T10:59:59Z, is past maxAgeSeconds 3600. Owner team-billing: `jobfleet dlq list --queue invoices.send`, then docs/dead-letters.md.',
+    });
+  });
+
+  it('schedules the next look for the moment the oldest entry turns overdue', () => {
+    const young = dl({ quarantined: 2, oldestAt: new Date(now.getTime() - 3000_000) });
+    expect(deadLetterDueInMs(young, now)).toBe(601_000);
+    expect(deadLetterDueInMs(dl({ quarantined: 0, oldestAt: null }), now)).toBeUndefined();
   });
 });
