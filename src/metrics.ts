@@ -69,6 +69,12 @@ export function operatorMetrics(registry = new client.Registry()) {
       labelNames,
       registers: r,
     }),
+    rolloutBlocked: new client.Gauge({
+      name: 'jobfleet_rollout_blocked',
+      help: '1 while a rollout or rollback is blocked by the compatibility gate',
+      labelNames,
+      registers: r,
+    }),
     desiredReplicas: new client.Gauge({
       name: 'jobfleet_desired_replicas',
       help: 'Replicas the operator wants',

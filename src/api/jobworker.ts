@@ -105,6 +105,15 @@ export const jobWorkerSpec = z.object({
       .max(64)
       .meta({ 'x-kubernetes-list-type': 'set' })
       .describe('Envelope schema versions this revision consumes'),
+    producerVersions: z
+      .array(z.number().int().min(1).max(1_000_000))
+      .min(1)
+      .max(64)
+      .optional()
+      .meta({ 'x-kubernetes-list-type': 'set' })
+      .describe(
+        'Schema versions producers may still send. A new revision (or a rollback target) must accept all of them and every version seen in the queue. Default: every version the running revision accepts',
+      ),
   }),
   retry: z
     .object({
@@ -185,7 +194,20 @@ export const jobWorkerSpec = z.object({
     .default({ drainDeadlineSeconds: 45 }),
   rollout: z
     .object({
-      autoRollback: z.boolean().default(true),
+      autoRollback: z
+        .boolean()
+        .default(true)
+        .describe(
+          'Roll back by itself when a new revision makes queue age rise past the objective (or crash-loops) within analysisSeconds',
+        ),
+      analysisSeconds: z.number().int().min(10).max(86_400).default(300),
+      verifySeconds: z
+        .number()
+        .int()
+        .min(5)
+        .max(86_400)
+        .default(120)
+        .describe('After a rollback, queue age must start falling within this window'),
       historyLimit: z
         .number()
         .int()
@@ -194,7 +216,7 @@ export const jobWorkerSpec = z.object({
         .default(10)
         .describe('Revisions kept in status.history'),
     })
-    .default({ autoRollback: true, historyLimit: 10 }),
+    .default({ autoRollback: true, analysisSeconds: 300, verifySeconds: 120, historyLimit: 10 }),
   deadLetter: z.object({
     owner: z.string().min(1).max(253).describe('Who answers for the quarantine, e.g. team-billing'),
     maxAgeSeconds: z
@@ -267,10 +289,57 @@ export const jobWorkerStatus = z.object({
           .string()
           .optional()
           .describe('Identity of the pod template: the same template is the same revision'),
+        keyRule: z.string().optional(),
+        schemaVersions: z.array(z.number().int()).optional(),
+        spec: z
+          .record(z.string(), z.unknown())
+          .optional()
+          .describe('The spec of this revision: what a rollback to it restores'),
         deployedAt: z.string(),
       }),
     )
     .optional(),
+  rollout: z
+    .object({
+      phase: z.enum(['Draining', 'Restoring', 'Verifying']),
+      trigger: z.enum(['SpecReverted', 'AutoRollback']),
+      from: z.string(),
+      to: z.string(),
+      reason: z.string().optional(),
+      startedAt: z.string(),
+      stepStartedAt: z.string(),
+      drainDeadline: z.string(),
+      drainEndedAt: z.string().optional(),
+      drainEndedBy: z.enum(['PodsGone', 'Deadline']).optional(),
+      ageAtRestore: z.number().optional(),
+      verifyUntil: z.string().optional(),
+    })
+    .optional()
+    .describe('A rollback in progress, step by step: an operator restart resumes it here'),
+  lastRollback: z
+    .object({
+      from: z.string(),
+      to: z.string(),
+      trigger: z.enum(['SpecReverted', 'AutoRollback']),
+      result: z.enum(['Complete', 'NotRecovering']),
+      message: z.string(),
+      finishedAt: z.string(),
+    })
+    .optional(),
+  analysis: z
+    .object({
+      revision: z.string(),
+      stable: z.string(),
+      startedAt: z.string(),
+      ageAtStart: z.number().optional(),
+      overObjectiveSince: z.string().optional(),
+    })
+    .optional()
+    .describe('The new revision under watch for automatic rollback'),
+  abortedRevision: z
+    .string()
+    .optional()
+    .describe('A revision rolled back automatically; it stays off until the spec changes'),
   conditions: z
     .array(conditionSchema)
     .optional()

@@ -23,7 +23,6 @@ import {
   desiredPdb,
   templateHash,
 } from '../reconcile/desired.js';
-import { assignRevision } from '../reconcile/revisions.js';
 import {
   computeStatus,
   deadLetterDueInMs,
@@ -48,6 +47,7 @@ import {
   type QueueAge,
 } from '../signals/rabbitmq.js';
 import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
+import { RolloutDriver, type RolloutPlan } from './rollouts.js';
 import type { ProcessResult } from './workqueue.js';
 
 /** How long a verified child without a watch is trusted before it is read again (drift repair). */
@@ -124,7 +124,10 @@ export class JobWorkerReconciler {
     { at: number; secret: (KubeObject & { data?: Record<string, string> }) | undefined }
   >();
 
+  private readonly rollouts: RolloutDriver;
+
   constructor(private readonly d: ReconcilerDeps) {
+    this.rollouts = new RolloutDriver(d.client, d.log);
     this.now = d.now ?? (() => new Date());
     this.pollMs = d.pollMs ?? 10_000;
     this.deadLetterReadMs = d.deadLetterReadMs ?? 30_000;
@@ -180,8 +183,11 @@ export class JobWorkerReconciler {
     let history = previous?.history ?? [];
     let updateRevision = previous?.updateRevision;
     const spec = parsed.ok ? parsed.spec : undefined;
+    const live = (deployment?.spec as { replicas?: number } | undefined)?.replicas;
+    // While a rollback drains, the Deployment sits at 0: the autoscaler keeps
+    // its own count, to restore the previous revision at.
     const current = Number(
-      (deployment?.spec as { replicas?: number } | undefined)?.replicas ??
+      (previous?.rollout && live === 0 ? previous.desiredReplicas : live) ??
         previous?.desiredReplicas ??
         0,
     );
@@ -203,23 +209,30 @@ export class JobWorkerReconciler {
         ? await this.observeDeadLetters(namespace, name, spec, secrets.values)
         : undefined;
 
+    let plan: RolloutPlan | undefined;
+    let appliedReplicas = desiredReplicas;
     if (spec && problems.length === 0) {
-      const jw = { ...raw, spec } as unknown as JobWorker;
-      const th = templateHash(jw);
-      const assigned = assignRevision(
-        history,
-        { templateHash: th, image: spec.image, contractHash: contractHash(spec) },
+      plan = await this.rollouts.plan({
+        raw,
+        spec,
+        previous,
+        deployment,
         now,
-        spec.rollout.historyLimit,
-      );
-      history = assigned.history;
-      const revisionChanged = updateRevision !== undefined && updateRevision !== assigned.revision;
-      updateRevision = assigned.revision;
-
+        ageSeconds: scaling?.signalOk ? scaling.oldestAgeSeconds : undefined,
+        secrets: secrets.values,
+        prometheusUrl: this.d.prometheusUrl,
+      });
+      history = plan.history;
+      const revisionChanged =
+        updateRevision !== undefined && updateRevision !== plan.targetRevision;
+      updateRevision = plan.targetRevision;
+      appliedReplicas = plan.scaleToZero ? 0 : desiredReplicas;
+      // The template applied is the planned revision's, from that revision's spec.
+      const jw = { ...raw, spec: plan.deploySpec } as unknown as JobWorker;
       const created = !deployment;
       deployment =
         (await this.ensure(
-          desiredDeployment(jw, assigned.revision, desiredReplicas),
+          desiredDeployment(jw, plan.deployRevision, appliedReplicas),
           deployment,
         )) ?? deployment;
       await this.ensure(desiredMetricsService(jw));
@@ -230,17 +243,19 @@ export class JobWorkerReconciler {
           target,
           'Normal',
           'DeploymentCreated',
-          `Created Deployment ${name} at revision ${assigned.revision} (${spec.image}).`,
+          `Created Deployment ${name} at revision ${plan.deployRevision} (${plan.deploySpec.image}).`,
         );
-      else if (revisionChanged)
+      else if (revisionChanged && !plan.status.rollingBack)
         await this.d.events.emit(
           target,
           'Normal',
           'RevisionChanged',
-          `Rolling to revision ${assigned.revision} (${spec.image}).`,
+          `Rolling to revision ${plan.targetRevision} (${plan.deploySpec.image}).`,
         );
+      for (const e of plan.events) await this.d.events.emit(target, e.type, e.reason, e.message);
       this.d.metrics.desiredReplicas.set({ namespace, jobworker: name }, desiredReplicas);
-      if (deployment && !created && scaling && desiredReplicas !== current) {
+      this.d.metrics.rolloutBlocked.set({ namespace, jobworker: name }, plan.blocked ? 1 : 0);
+      if (deployment && !created && scaling && !plan.scaleToZero && desiredReplicas !== current) {
         await this.d.events.emit(
           target,
           'Normal',
@@ -270,6 +285,8 @@ export class JobWorkerReconciler {
       now,
       scaling,
       deadLetters,
+      rollout: plan?.status,
+      appliedReplicas,
     });
     if (!isDeepStrictEqual(normalize(status), normalize(previous ?? {}))) {
       await this.write(
@@ -279,6 +296,7 @@ export class JobWorkerReconciler {
     }
     if (problems.length) throw new NeedsAttention(problems.map((p) => p.message).join(' '));
     // Deployment changes wake us through its watch; queue age has no watch, so poll it.
+    if (plan?.requeueMs !== undefined) return { requeueAfterMs: plan.requeueMs };
     if (status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'True'))
       return { requeueAfterMs: Math.min(5000, this.pollMs) };
     // The quarantine has no watch either: read it again soon, and turn the

@@ -9,6 +9,10 @@ export interface RevisionInput {
   templateHash: string;
   image: string;
   contractHash: string;
+  keyRule: string;
+  schemaVersions: number[];
+  /** the spec that produced the template: what a rollback to this revision restores */
+  spec: Record<string, unknown>;
 }
 
 export function assignRevision(
@@ -18,13 +22,26 @@ export function assignRevision(
   limit: number,
 ): { revision: string; history: HistoryEntry[]; isNew: boolean } {
   const known = history.find((h) => h.templateHash === r.templateHash);
-  if (known) return { revision: known.revision, history: [...history], isNew: false };
+  if (known) {
+    // Entries written before revisions kept their contract and spec get them now.
+    const filled = known.spec
+      ? history
+      : history.map((h) =>
+          h === known
+            ? { ...h, keyRule: r.keyRule, schemaVersions: r.schemaVersions, spec: r.spec }
+            : h,
+        );
+    return { revision: known.revision, history: [...filled], isNew: false };
+  }
   const next = String(history.reduce((max, h) => Math.max(max, Number(h.revision) || 0), 0) + 1);
   const entry: HistoryEntry = {
     revision: next,
     image: r.image,
     contractHash: r.contractHash,
     templateHash: r.templateHash,
+    keyRule: r.keyRule,
+    schemaVersions: r.schemaVersions,
+    spec: r.spec,
     deployedAt: now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
   };
   // Newest last; keep the last `limit`.

@@ -3,6 +3,7 @@
 import type { Condition, JobWorkerStatus } from '../api/jobworker.js';
 import { phaseOf, setCondition, type ConditionInput } from './conditions.js';
 import type { HistoryEntry } from './revisions.js';
+import type { RolloutStatus } from './rollout.js';
 
 export interface DeploymentObservation {
   generation: number;
@@ -67,6 +68,10 @@ export interface StatusInput {
   history: HistoryEntry[];
   now: Date;
   deadLetters?: DeadLetterInput;
+  /** what the rollout planned (src/controller/rollouts.ts) */
+  rollout?: RolloutStatus;
+  /** replicas the Deployment was given (0 while a rollback drains) */
+  appliedReplicas?: number;
   scaling?: {
     limitedBy: NonNullable<JobWorkerStatus['scaling']>['limitedBy'];
     message: string;
@@ -98,6 +103,8 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
       reason: i.problems[0]!.reason,
       message: i.problems.map((p) => p.message).join(' '),
     });
+  } else if (i.rollout?.degraded) {
+    set(i.rollout.degraded);
   } else {
     set({
       type: 'Degraded',
@@ -112,7 +119,7 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     d.observedGeneration >= d.generation &&
     d.updatedReplicas >= d.replicas &&
     d.readyReplicas >= d.replicas &&
-    d.replicas === i.desiredReplicas;
+    d.replicas === (i.appliedReplicas ?? i.desiredReplicas);
   if (!d) {
     set({
       type: 'Progressing',
@@ -179,6 +186,9 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
 
   if (i.deadLetters) set(deadLetterCondition(i.deadLetters, i.now));
 
+  if (i.rollout?.progressing) set(i.rollout.progressing);
+  for (const c of i.rollout?.conditions ?? []) set(c);
+
   if (!conditions.some((c) => c.type === 'RolloutBlocked')) {
     set({
       type: 'RolloutBlocked',
@@ -222,7 +232,13 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
       ...(oldest ? { oldestDeadLetteredAt: oldest.toISOString().replace(/\.\d{3}Z$/, 'Z') } : {}),
     };
   }
-  status.phase = phaseOf(conditions);
+  if (i.rollout) {
+    status.rollout = i.rollout.rollout;
+    status.lastRollback = i.rollout.lastRollback;
+    status.analysis = i.rollout.analysis;
+    status.abortedRevision = i.rollout.abortedRevision;
+  }
+  status.phase = phaseOf(conditions, i.rollout?.rollingBack);
   return dropUndefined(status);
 }
 

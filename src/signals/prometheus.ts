@@ -55,3 +55,31 @@ export async function fetchFleetSignals(
     ),
   };
 }
+
+/** Schema versions the fleet's workers dequeued in the last `window` (jobfleet_schema_version_seen_total). */
+export async function fetchSeenSchemaVersions(
+  baseUrl: string,
+  namespace: string,
+  jobworker: string,
+  window = '15m',
+  timeoutMs = 5000,
+): Promise<number[]> {
+  const sel = `{namespace=${q(namespace)},jobworker=${q(jobworker)}}`;
+  const query = `sum by (version) (increase(jobfleet_schema_version_seen_total${sel}[${window}])) > 0`;
+  const url = `${baseUrl.replace(/\/$/, '')}/api/v1/query?query=${encodeURIComponent(query)}`;
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
+    throw new PrometheusError(`Prometheus unreachable at ${new URL(baseUrl).host} (${cause})`);
+  }
+  if (!res.ok)
+    throw new PrometheusError(`Prometheus answered ${res.status} at ${new URL(baseUrl).host}`);
+  const body = (await res.json()) as {
+    data?: { result?: Array<{ metric?: { version?: string } }> };
+  };
+  return (body.data?.result ?? [])
+    .map((r) => Number(r.metric?.version))
+    .filter((v) => Number.isInteger(v) && v > 0);
+}

@@ -149,3 +149,36 @@ export function queueAge(
     memory: next,
   };
 }
+
+/**
+ * Messages in the work queue and its retry tiers (`<queue>.retry.*`), ready
+ * or unacked: what must be zero before an idempotency-key rule may change.
+ */
+export async function fetchQueuedTotal(
+  mgmtUrl: string,
+  vhost: string,
+  queue: string,
+  timeoutMs = 5000,
+): Promise<number> {
+  const u = new URL(mgmtUrl);
+  const auth = `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64')}`;
+  u.username = '';
+  u.password = '';
+  const base = u.toString().replace(/\/$/, '');
+  let res: Response;
+  try {
+    res = await fetch(`${base}/api/queues/${encodeURIComponent(vhost)}?columns=name,messages`, {
+      headers: { authorization: auth },
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
+    throw new ManagementApiError(`RabbitMQ management API unreachable at ${u.host} (${cause})`);
+  }
+  if (!res.ok)
+    throw new ManagementApiError(`RabbitMQ management API answered ${res.status} (${u.host})`);
+  const queues = (await res.json()) as Array<{ name: string; messages?: number }>;
+  return queues
+    .filter((q) => q.name === queue || q.name.startsWith(`${queue}.retry.`))
+    .reduce((n, q) => n + (q.messages ?? 0), 0);
+}

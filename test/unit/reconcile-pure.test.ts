@@ -72,19 +72,22 @@ describe('conditions', () => {
 
 describe('revisions', () => {
   const now = new Date('2026-11-29T10:00:00Z');
+  const rev = (templateHash: string, image: string) => ({
+    templateHash,
+    image,
+    contractHash: 'c',
+    keyRule: 'k:{id}',
+    schemaVersions: [1],
+    spec: { image },
+  });
   it('numbers new templates in order, returns to an earlier number for an earlier template, keeps the last N', () => {
-    let h = assignRevision([], { templateHash: 'a', image: 'i:1', contractHash: 'c' }, now, 2);
+    let h = assignRevision([], rev('a', 'i:1'), now, 2);
     expect(h.revision).toBe('1');
-    h = assignRevision(h.history, { templateHash: 'b', image: 'i:2', contractHash: 'c' }, now, 2);
+    h = assignRevision(h.history, rev('b', 'i:2'), now, 2);
     expect(h.revision).toBe('2');
-    const back = assignRevision(
-      h.history,
-      { templateHash: 'a', image: 'i:1', contractHash: 'c' },
-      now,
-      2,
-    );
+    const back = assignRevision(h.history, rev('a', 'i:1'), now, 2);
     expect(back).toMatchObject({ revision: '1', isNew: false });
-    h = assignRevision(h.history, { templateHash: 'c', image: 'i:3', contractHash: 'c' }, now, 2);
+    h = assignRevision(h.history, rev('c', 'i:3'), now, 2);
     expect(h.history.map((e) => e.revision)).toEqual(['2', '3']);
   });
 
