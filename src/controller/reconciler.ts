@@ -17,11 +17,9 @@ import type { EventRecorder } from '../kube/events.js';
 import type { OperatorMetrics } from '../metrics.js';
 import {
   FIELD_MANAGER,
-  contractHash,
   desiredDeployment,
   desiredMetricsService,
   desiredPdb,
-  templateHash,
 } from '../reconcile/desired.js';
 import {
   computeStatus,
