@@ -20,6 +20,7 @@ import {
   desiredDeployment,
   desiredMetricsService,
   desiredPdb,
+  envProblems,
 } from '../reconcile/desired.js';
 import {
   computeStatus,
@@ -168,6 +169,10 @@ export class JobWorkerReconciler {
         reason: 'InvalidSpec',
         message: `The spec is invalid: ${parsed.problems.join('; ')}.`,
       });
+    }
+    if (parsed.ok) {
+      const env = envProblems(parsed.spec);
+      if (env.length) problems.push({ reason: 'InvalidSpec', message: env.join(' ') });
     }
     const secrets = parsed.ok
       ? await this.readSecrets(namespace, parsed.spec)

@@ -53,6 +53,7 @@ const PLURALS: Record<string, string> = {
   Namespace: 'namespaces',
   PodDisruptionBudget: 'poddisruptionbudgets',
   Lease: 'leases',
+  Node: 'nodes',
   CustomResourceDefinition: 'customresourcedefinitions',
   ServiceAccount: 'serviceaccounts',
   ConfigMap: 'configmaps',

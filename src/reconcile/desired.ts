@@ -80,6 +80,43 @@ function env(jw: JobWorker, revision: string): Array<Record<string, unknown>> {
   ];
 }
 
+/** The JOBFLEET_* variables the operator sets, and the spec field that sets each. */
+export const CONTRACT_ENV: Record<string, string> = {
+  JOBFLEET_QUEUE: 'spec.broker.queue',
+  JOBFLEET_BROKER_URL: 'spec.broker.urlSecretRef',
+  JOBFLEET_CLAIMS_URL: 'spec.claims.urlSecretRef',
+  JOBFLEET_PREFETCH: 'spec.broker.prefetch',
+  JOBFLEET_QUEUE_TYPE: 'spec.broker.queueType',
+  JOBFLEET_MAX_ATTEMPTS: 'spec.retry.maxAttempts',
+  JOBFLEET_INITIAL_DELAY_SECONDS: 'spec.retry.initialDelaySeconds',
+  JOBFLEET_MAX_DELAY_SECONDS: 'spec.retry.maxDelaySeconds',
+  JOBFLEET_DEAD_LETTER_QUEUE: 'spec.retry.deadLetterQueue',
+  JOBFLEET_DEAD_LETTER_OWNER: 'spec.deadLetter.owner',
+  JOBFLEET_LEASE_SECONDS: 'spec.claims.leaseSeconds',
+  JOBFLEET_DRAIN_DEADLINE_SECONDS: 'spec.shutdown.drainDeadlineSeconds',
+  JOBFLEET_KEY_RULE: 'spec.contract.idempotencyKey',
+  JOBFLEET_SCHEMA_VERSIONS: 'spec.contract.schemaVersions',
+  JOBFLEET_REVISION: '(the operator: the revision number)',
+  JOBFLEET_METRICS_PORT: '(the operator: port 9464)',
+};
+
+/**
+ * podTemplate.env may add variables, never replace the contract's: a
+ * duplicate would either be refused by the apiserver or silently win over the
+ * spec field that the gate and the status describe.
+ */
+export function envProblems(spec: JobWorkerSpec): string[] {
+  return (spec.podTemplate?.env ?? []).flatMap((e, i) => {
+    const name = typeof e.name === 'string' ? e.name : '';
+    const field = CONTRACT_ENV[name];
+    return field
+      ? [
+          `spec.podTemplate.env[${i}] sets ${name}, which the operator sets from ${field}: set it there and remove it from podTemplate.env.`,
+        ]
+      : [];
+  });
+}
+
 /** The restricted Pod Security profile, by default. */
 const restrictedContainer = {
   allowPrivilegeEscalation: false,

@@ -3,7 +3,12 @@
 import { describe, expect, it } from 'vitest';
 import { parseSpec, type JobWorker } from '../../src/api/jobworker.js';
 import { phaseOf, setCondition } from '../../src/reconcile/conditions.js';
-import { contractHash, desiredDeployment, templateHash } from '../../src/reconcile/desired.js';
+import {
+  contractHash,
+  desiredDeployment,
+  envProblems,
+  templateHash,
+} from '../../src/reconcile/desired.js';
 import { assignRevision } from '../../src/reconcile/revisions.js';
 import {
   computeStatus,
@@ -245,5 +250,21 @@ describe('dead-letter condition', () => {
     const young = dl({ quarantined: 2, oldestAt: new Date(now.getTime() - 3000_000) });
     expect(deadLetterDueInMs(young, now)).toBe(601_000);
     expect(deadLetterDueInMs(dl({ quarantined: 0, oldestAt: null }), now)).toBeUndefined();
+  });
+});
+
+describe('podTemplate.env', () => {
+  it('may add variables, never replace the contract’s: the error names the spec field to use', () => {
+    const s = spec({
+      podTemplate: {
+        env: [
+          { name: 'HTTP_TIMEOUT_MS', value: '500' },
+          { name: 'JOBFLEET_KEY_RULE', value: 'x:{y}' },
+        ],
+      },
+    });
+    expect(envProblems(s)).toEqual([
+      'spec.podTemplate.env[1] sets JOBFLEET_KEY_RULE, which the operator sets from spec.contract.idempotencyKey: set it there and remove it from podTemplate.env.',
+    ]);
   });
 });

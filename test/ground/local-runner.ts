@@ -1,0 +1,345 @@
+// The local runner: a development stand-in for the kubelet, used by `make
+// demo` and by end-to-end tests — never by production. It registers a Node
+// (renewing its Lease so the node controller keeps it Ready) and, for every
+// pod the scheduler binds to it, runs a real worker process on this machine:
+// the pod's env (Secret references resolved), the command that `command(pod)`
+// maps its image to, a free port for /metrics and /readyz. It reports the pod
+// Running and Ready as the process is, restarts a crashed process (counting
+// restarts), and on deletion sends SIGTERM, then SIGKILL at the end of the
+// grace period, and removes the pod once the process has exited.
+//
+// Pods opt in with the node selector `jobfleet.dev/runner: local` (kwok's
+// fake node keeps running everything else).
+import { spawn, type ChildProcess } from 'node:child_process';
+import pino from 'pino';
+import { Informer } from '../../src/controller/informer.js';
+import type { KubeClient, KubeObject } from '../../src/kube/client.js';
+import { freePort, repoRoot } from './control-plane.js';
+
+export const RUNNER_LABEL = 'jobfleet.dev/runner';
+
+export interface RunnerEvent {
+  pod: string;
+  revision: string | undefined;
+  kind: 'seen' | 'started' | 'ready' | 'sigterm' | 'exited' | 'removed';
+  at: number;
+  detail?: string;
+}
+
+export interface LocalRunnerOptions {
+  client: KubeClient;
+  namespace: string;
+  nodeName?: string;
+  /** the command for a pod's container image: [executable, ...args] */
+  command(image: string, pod: KubeObject): string[];
+  /** extra env for every process (after the pod's) */
+  env?: Record<string, string>;
+  /** passes the processes' stderr through (debugging) */
+  inheritStderr?: boolean;
+}
+
+interface Running {
+  proc: ChildProcess;
+  port: number;
+  ready: boolean;
+  restarts: number;
+  exited: Promise<void>;
+  terminating: boolean;
+}
+
+type Pod = KubeObject & {
+  spec: {
+    nodeName?: string;
+    terminationGracePeriodSeconds?: number;
+    containers: Array<{
+      name: string;
+      image: string;
+      env?: Array<{
+        name: string;
+        value?: string;
+        valueFrom?: { secretKeyRef?: { name: string; key: string } };
+      }>;
+    }>;
+  };
+};
+
+export class LocalRunner {
+  readonly events: RunnerEvent[] = [];
+  readonly nodeName: string;
+  private readonly running = new Map<string, Running>();
+  private informer: Informer | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private prober: NodeJS.Timeout | undefined;
+  private stopped = false;
+
+  constructor(private readonly o: LocalRunnerOptions) {
+    this.nodeName = o.nodeName ?? 'local-runner';
+  }
+
+  async start(): Promise<void> {
+    await this.registerNode();
+    this.heartbeat = setInterval(() => void this.renew().catch(() => undefined), 5000);
+    this.informer = new Informer(this.o.client, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      namespace: this.o.namespace,
+      resyncMs: 5000,
+      log: pino({ level: 'silent' }),
+      onChange: (key, obj) => void this.sync(key, obj as Pod | undefined).catch(() => undefined),
+    });
+    await this.informer.start();
+    this.prober = setInterval(() => void this.probe(), 500);
+  }
+
+  private record(pod: Pod | undefined, name: string, kind: RunnerEvent['kind'], detail?: string) {
+    this.events.push({
+      pod: name,
+      revision: pod?.metadata.labels?.['jobfleet.dev/revision'],
+      kind,
+      at: Date.now(),
+      ...(detail ? { detail } : {}),
+    });
+  }
+
+  private async registerNode(): Promise<void> {
+    const c = this.o.client;
+    await c.apply(
+      {
+        apiVersion: 'v1',
+        kind: 'Node',
+        metadata: {
+          name: this.nodeName,
+          labels: { [RUNNER_LABEL]: 'local', 'kubernetes.io/hostname': this.nodeName },
+        },
+      },
+      'local-runner',
+    );
+    await this.renew();
+  }
+
+  /** Node status Ready and the node Lease: what the node lifecycle controller watches. */
+  private async renew(): Promise<void> {
+    const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+    const c = this.o.client;
+    await c.apply(
+      {
+        apiVersion: 'v1',
+        kind: 'Node',
+        metadata: { name: this.nodeName },
+        status: {
+          capacity: { cpu: '32', memory: '64Gi', pods: '110' },
+          allocatable: { cpu: '32', memory: '64Gi', pods: '110' },
+          conditions: [
+            {
+              type: 'Ready',
+              status: 'True',
+              reason: 'LocalRunnerReady',
+              message: 'the local runner is running',
+              lastHeartbeatTime: now,
+              lastTransitionTime: now,
+            },
+          ],
+          addresses: [{ type: 'InternalIP', address: '127.0.0.1' }],
+        },
+      },
+      'local-runner',
+      { subresource: 'status' },
+    );
+    await c.apply(
+      {
+        apiVersion: 'coordination.k8s.io/v1',
+        kind: 'Lease',
+        metadata: { name: this.nodeName, namespace: 'kube-node-lease' },
+        spec: {
+          holderIdentity: this.nodeName,
+          leaseDurationSeconds: 40,
+          renewTime: new Date()
+            .toISOString()
+            .replace('Z', '000Z')
+            .replace(/(\.\d{6})\d*Z$/, '$1Z'),
+        },
+      },
+      'local-runner',
+    );
+  }
+
+  private async sync(key: string, pod: Pod | undefined): Promise<void> {
+    const name = key.split('/')[1] ?? key;
+    const r = this.running.get(name);
+    if (!pod) {
+      if (r && !r.terminating) await this.terminate(name, undefined, r, 0);
+      return;
+    }
+    if (pod.spec.nodeName !== this.nodeName) return;
+    if (pod.metadata.deletionTimestamp) {
+      if (r && !r.terminating)
+        await this.terminate(name, pod, r, pod.spec.terminationGracePeriodSeconds ?? 30);
+      else if (!r) await this.remove(pod);
+      return;
+    }
+    if (!r && !this.stopped) {
+      this.record(pod, name, 'seen');
+      await this.launch(pod, 0);
+    }
+  }
+
+  private async env(pod: Pod): Promise<Record<string, string>> {
+    const out: Record<string, string> = {};
+    for (const e of pod.spec.containers[0]?.env ?? []) {
+      if (e.value !== undefined) out[e.name] = e.value;
+      const ref = e.valueFrom?.secretKeyRef;
+      if (ref) {
+        const secret = await this.o.client.find<KubeObject & { data?: Record<string, string> }>(
+          'v1',
+          'Secret',
+          this.o.namespace,
+          ref.name,
+        );
+        const v = secret?.data?.[ref.key];
+        if (v !== undefined) out[e.name] = Buffer.from(v, 'base64').toString('utf8');
+      }
+    }
+    return out;
+  }
+
+  private async launch(pod: Pod, restarts: number): Promise<void> {
+    const name = pod.metadata.name;
+    const container = pod.spec.containers[0]!;
+    const [cmd, ...args] = this.o.command(container.image, pod);
+    const port = await freePort();
+    const proc = spawn(cmd!, args, {
+      cwd: repoRoot,
+      env: {
+        ...process.env,
+        LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'silent',
+        ...(await this.env(pod)),
+        ...this.o.env,
+        JOBFLEET_METRICS_PORT: String(port),
+        POD_NAME: name,
+      },
+      stdio: ['ignore', 'ignore', this.o.inheritStderr ? 'inherit' : 'ignore'],
+    });
+    const r: Running = {
+      proc,
+      port,
+      ready: false,
+      restarts,
+      terminating: false,
+      exited: new Promise((resolve) => proc.once('exit', () => resolve())),
+    };
+    this.running.set(name, r);
+    this.record(pod, name, 'started', `pid ${proc.pid}`);
+    void r.exited.then(async () => {
+      this.record(pod, name, 'exited', `code ${proc.exitCode ?? proc.signalCode}`);
+      if (r.terminating || this.stopped) return;
+      // Crashed: restart after a short backoff, as the kubelet would (restartPolicy Always).
+      this.running.delete(name);
+      await new Promise((res) => setTimeout(res, Math.min(10_000, 500 * 2 ** restarts)));
+      const current = this.informer?.cache.get(`${this.o.namespace}/${name}`) as Pod | undefined;
+      if (current && !current.metadata.deletionTimestamp && !this.stopped)
+        await this.launch(current, restarts + 1);
+    });
+    await this.writeStatus(name, r);
+  }
+
+  private async terminate(name: string, pod: Pod | undefined, r: Running, graceSeconds: number) {
+    r.terminating = true;
+    this.record(pod, name, 'sigterm');
+    r.proc.kill('SIGTERM');
+    const kill = setTimeout(() => r.proc.kill('SIGKILL'), graceSeconds * 1000);
+    await r.exited;
+    clearTimeout(kill);
+    this.running.delete(name);
+    if (pod) await this.remove(pod);
+  }
+
+  /** The kubelet's last word: the pod object goes once its containers are gone. */
+  private async remove(pod: Pod): Promise<void> {
+    await this.o.client
+      .request('DELETE', `/api/v1/namespaces/${this.o.namespace}/pods/${pod.metadata.name}`, {
+        apiVersion: 'v1',
+        kind: 'DeleteOptions',
+        gracePeriodSeconds: 0,
+      })
+      .catch(() => undefined);
+    this.record(pod, pod.metadata.name, 'removed');
+  }
+
+  private async probe(): Promise<void> {
+    for (const [name, r] of this.running) {
+      if (r.terminating) continue;
+      const ok = await fetch(`http://127.0.0.1:${r.port}/readyz`, {
+        signal: AbortSignal.timeout(400),
+      }).then(
+        (res) => res.ok,
+        () => false,
+      );
+      if (ok !== r.ready) {
+        r.ready = ok;
+        if (ok)
+          this.record(
+            this.informer?.cache.get(`${this.o.namespace}/${name}`) as Pod | undefined,
+            name,
+            'ready',
+          );
+        await this.writeStatus(name, r).catch(() => undefined);
+      }
+    }
+  }
+
+  private async writeStatus(name: string, r: Running): Promise<void> {
+    const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+    const ready = r.ready ? 'True' : 'False';
+    await this.o.client.apply(
+      {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name, namespace: this.o.namespace },
+        status: {
+          phase: 'Running',
+          hostIP: '127.0.0.1',
+          podIP: '127.0.0.1',
+          startTime: now,
+          conditions: [
+            { type: 'Initialized', status: 'True', lastTransitionTime: now },
+            { type: 'Ready', status: ready, lastTransitionTime: now },
+            { type: 'ContainersReady', status: ready, lastTransitionTime: now },
+            { type: 'PodScheduled', status: 'True', lastTransitionTime: now },
+          ],
+          containerStatuses: [
+            {
+              name: 'worker',
+              image: 'local',
+              imageID: 'local',
+              ready: r.ready,
+              started: true,
+              restartCount: r.restarts,
+              state: { running: { startedAt: now } },
+            },
+          ],
+        },
+      },
+      'local-runner',
+      { subresource: 'status' },
+    );
+  }
+
+  /** Stops every process (SIGTERM, then SIGKILL after `graceMs`) and the node heartbeat. */
+  async stop(graceMs = 5000): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.heartbeat);
+    clearInterval(this.prober);
+    this.informer?.stop();
+    await Promise.all(
+      [...this.running.values()].map(async (r) => {
+        r.terminating = true;
+        r.proc.kill('SIGTERM');
+        const t = setTimeout(() => r.proc.kill('SIGKILL'), graceMs);
+        await r.exited;
+        clearTimeout(t);
+      }),
+    );
+    this.running.clear();
+    await this.o.client.request('DELETE', `/api/v1/nodes/${this.nodeName}`).catch(() => undefined);
+  }
+}

@@ -1,0 +1,473 @@
+// Rollouts and rollbacks on the real kube-apiserver, with pods run as real
+// worker processes by the local runner (test/ground/local-runner.ts) on real
+// RabbitMQ and PostgreSQL: the compatibility gate, the drain-first rollback
+// order, automatic rollback on rising age, and resuming after the operator is
+// killed mid-rollback.
+import { spawn, type ChildProcess } from 'node:child_process';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { KubeClient, type KubeObject } from '../../src/kube/client.js';
+import { startOperator, type Operator } from '../../src/operator.js';
+import { freePort, repoRoot } from '../ground/control-plane.js';
+import { eventually } from '../ground/eventually.js';
+import { useKube } from '../ground/index.js';
+import { LocalRunner, RUNNER_LABEL } from '../ground/local-runner.js';
+import { CONTRACT, QUEUE, harness, type Harness } from './worker-harness.js';
+
+let h: Harness;
+let ns: Awaited<ReturnType<typeof useKube>>;
+let client: KubeClient;
+let runner: LocalRunner;
+let op: Operator | undefined;
+const procs: ChildProcess[] = [];
+
+beforeEach(async () => {
+  h = await harness();
+  ns = await useKube();
+  client = new KubeClient(ns.kc);
+  runner = new LocalRunner({
+    client,
+    namespace: ns.namespace,
+    nodeName: `runner-${ns.namespace}`.slice(0, 63),
+    command: () => [process.execPath, '--import', 'tsx', 'test/fixtures/effect-worker.ts'],
+    inheritStderr: !!process.env.JOBFLEET_TEST_LOG,
+  });
+  await runner.start();
+  for (const [name, url] of [
+    ['rabbitmq', h.rabbit.amqpUrl],
+    ['rabbitmq-mgmt', h.rabbit.mgmtUrl],
+    ['claims-db', h.db.url],
+  ] as const)
+    await client.apply(
+      {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name, namespace: ns.namespace },
+        stringData: { url },
+      },
+      'test',
+    );
+});
+afterEach(async () => {
+  for (const p of procs.splice(0)) if (p.exitCode === null) p.kill('SIGKILL');
+  await op?.stop();
+  op = undefined;
+  await runner?.stop(2000);
+  await ns?.cleanup();
+  await h?.cleanup();
+});
+
+type Spec = Record<string, any>;
+const NAME = 'shipper';
+
+function spec(
+  over: {
+    image?: string;
+    contract?: Spec;
+    env?: Spec[];
+    prefetch?: number;
+    rollout?: Spec;
+    scaling?: Spec;
+  } = {},
+): Spec {
+  return {
+    image: over.image ?? 'registry.example.com/shipping/worker:1',
+    podTemplate: {
+      nodeSelector: { [RUNNER_LABEL]: 'local' },
+      env: over.env ?? [],
+    },
+    broker: {
+      urlSecretRef: { name: 'rabbitmq', key: 'url' },
+      managementUrlSecretRef: { name: 'rabbitmq-mgmt', key: 'url' },
+      queue: QUEUE,
+      prefetch: over.prefetch ?? 8,
+    },
+    retry: { initialDelaySeconds: 1, maxDelaySeconds: 4 },
+    claims: { urlSecretRef: { name: 'claims-db', key: 'url' }, leaseSeconds: 10 },
+    contract: {
+      idempotencyKey: CONTRACT.keyRule,
+      schemaVersions: CONTRACT.schemaVersions,
+      ...over.contract,
+    },
+    scaling: {
+      minReplicas: 2,
+      maxReplicas: 2,
+      targetOldestAgeSeconds: 3,
+      scaleDownStabilizationSeconds: 0,
+      ...over.scaling,
+    },
+    shutdown: { drainDeadlineSeconds: 4 },
+    rollout: { autoRollback: false, verifySeconds: 60, ...over.rollout },
+    deadLetter: { owner: 'team-shipping' },
+  };
+}
+
+const apply = (s: Spec) =>
+  client.apply(
+    {
+      apiVersion: 'jobfleet.dev/v1alpha1',
+      kind: 'JobWorker',
+      metadata: { name: NAME, namespace: ns.namespace },
+      spec: s,
+    },
+    'test-user',
+  );
+const getJw = () =>
+  client.get<KubeObject & { status?: Spec }>(
+    'jobfleet.dev/v1alpha1',
+    'JobWorker',
+    ns.namespace,
+    NAME,
+  );
+const condition = (jw: { status?: Spec }, type: string) =>
+  (jw.status?.conditions as Array<Record<string, string>> | undefined)?.find(
+    (c) => c.type === type,
+  );
+const deployedRevision = async () =>
+  (await client.get<KubeObject & { spec: Spec }>('apps/v1', 'Deployment', ns.namespace, NAME)).spec
+    .template.metadata.labels['jobfleet.dev/revision'] as string;
+
+async function operator(): Promise<void> {
+  op = await startOperator({
+    client,
+    namespaces: [ns.namespace],
+    identity: 'op-1',
+    lease: {
+      namespace: ns.namespace,
+      name: 'jobfleet-operator',
+      leaseDurationSeconds: 4,
+      renewDeadlineSeconds: 3,
+      retryPeriodSeconds: 1,
+    },
+    port: 0,
+    pollMs: 1000,
+    log: pino({ level: process.env.JOBFLEET_TEST_LOG ?? 'silent' }),
+  });
+}
+
+/** Revision `rev` runs on every replica, ready (the runner's processes answer /readyz). */
+const rolledOut = (rev: string, timeoutMs = 60_000) =>
+  eventually(
+    `revision ${rev} rolled out`,
+    async () => {
+      const jw = await getJw();
+      return jw.status?.currentRevision === rev &&
+        condition(jw, 'Progressing')?.status === 'False' &&
+        jw.status?.readyReplicas === jw.status?.desiredReplicas
+        ? jw
+        : undefined;
+    },
+    timeoutMs,
+  );
+
+describe('the compatibility gate', () => {
+  it('blocks an idempotency-key rule change: the running revision keeps consuming; restoring the rule unblocks', async () => {
+    await operator();
+    await apply(spec());
+    await rolledOut('1');
+    await apply(spec({ contract: { idempotencyKey: 'order:{orderId}:ship:v2' } }));
+    const blocked = await eventually('RolloutBlocked', async () => {
+      const jw = await getJw();
+      return condition(jw, 'RolloutBlocked')?.status === 'True' ? jw : undefined;
+    });
+    expect(condition(blocked, 'RolloutBlocked')).toMatchObject({
+      reason: 'IdempotencyKeyRuleChanged',
+      message: expect.stringContaining(
+        'Revision 2 changes the idempotency-key rule from "order:{orderId}:ship" (revision 1) to "order:{orderId}:ship:v2"',
+      ),
+    });
+    expect(blocked.status?.phase).toBe('Blocked');
+    expect(await deployedRevision()).toBe('1');
+    // The running revision keeps consuming.
+    const { key } = await h.job('g-1');
+    await eventually('g-1 done by revision 1', async () =>
+      (await h.claim(key))?.state === 'completed' ? true : undefined,
+    );
+    expect(runner.events.some((e) => e.revision === '2')).toBe(false);
+
+    await apply(spec());
+    await eventually('unblocked', async () => {
+      const jw = await getJw();
+      return condition(jw, 'RolloutBlocked')?.status === 'False' ? jw : undefined;
+    });
+    expect(await deployedRevision()).toBe('1');
+    expect(runner.events.some((e) => e.revision === '2')).toBe(false);
+  });
+
+  it('blocks a rollout and a rollback that drop a schema version still in flight, naming the versions', async () => {
+    await operator();
+    await apply(spec());
+    await rolledOut('1');
+    await apply(spec({ contract: { schemaVersions: [2] } }));
+    const fwd = await eventually('forward blocked', async () => {
+      const jw = await getJw();
+      return condition(jw, 'RolloutBlocked')?.status === 'True' ? jw : undefined;
+    });
+    expect(condition(fwd, 'RolloutBlocked')).toMatchObject({
+      reason: 'SchemaVersionIncompatible',
+      message: expect.stringContaining(
+        'Revision 2 accepts schema versions [2], but [1] may still be queued (the running revision 1 accepts [1, 2])',
+      ),
+    });
+    expect(await deployedRevision()).toBe('1');
+
+    // A compatible step forward: [1, 2, 3] is revision 3.
+    await apply(spec({ contract: { schemaVersions: [1, 2, 3] } }));
+    await rolledOut('3');
+    // Producers now send version 3 only; going back to revision 1 ([1, 2]) would strand it.
+    await apply(spec({ contract: { schemaVersions: [1, 2], producerVersions: [3] } }));
+    const back = await eventually('rollback blocked', async () => {
+      const jw = await getJw();
+      return condition(jw, 'RolloutBlocked')?.status === 'True' ? jw : undefined;
+    });
+    expect(condition(back, 'RolloutBlocked')).toMatchObject({
+      reason: 'SchemaVersionIncompatible',
+      message: expect.stringContaining(
+        'Rolling back to revision 1 accepts schema versions [1, 2], but [3] may still be queued (producers declare [3])',
+      ),
+    });
+    expect(await deployedRevision()).toBe('3');
+    expect(back.status?.rollout).toBeUndefined();
+  });
+});
+
+describe('rollback, in a fixed order', () => {
+  it('drains the rolled-back revision first (deadline kept), then restores the previous one, then sees age fall', async () => {
+    await operator();
+    await apply(spec());
+    await rolledOut('1');
+    await apply(spec({ image: 'registry.example.com/shipping/worker:2' }));
+    await rolledOut('2');
+    // In flight on revision 2 when the rollback begins: two finish in time, two outlive the 4 s deadline.
+    const short = [
+      await h.job('s-1', { payload: { orderId: 's-1', ms: 1500 } }),
+      await h.job('s-2', { payload: { orderId: 's-2', ms: 1500 } }),
+    ];
+    const long = [
+      await h.job('l-1', { payload: { orderId: 'l-1', ms: 9000 } }),
+      await h.job('l-2', { payload: { orderId: 'l-2', ms: 9000 } }),
+    ];
+    await eventually('all four running', async () =>
+      (await h.effects()) === 4 ? true : undefined,
+    );
+
+    const rollbackAt = Date.now();
+    await apply(spec()); // back to revision 1's template
+    const phases: string[] = [];
+    let drainingMessage = '';
+    const done = await eventually(
+      'RollbackComplete',
+      async () => {
+        const jw = await getJw();
+        const phase = jw.status?.rollout?.phase ?? (jw.status?.lastRollback ? 'Done' : 'None');
+        if (phases.at(-1) !== phase) phases.push(phase);
+        const d = condition(jw, 'Draining');
+        if (d?.status === 'True') drainingMessage = d.message ?? '';
+        return condition(jw, 'Progressing')?.reason === 'RollbackComplete' ? jw : undefined;
+      },
+      90_000,
+      100,
+    );
+    expect(phases.filter((p) => p !== 'None')).toEqual(
+      ['Draining', 'Restoring', 'Verifying', 'Done'].filter((p) => phases.includes(p)),
+    );
+    expect(phases).toContain('Draining');
+    expect(drainingMessage).toMatch(
+      /Draining revision 2 before revision 1 starts.*deadline \d{4}-\d\d-\d\dT/,
+    );
+    expect(done.status?.lastRollback).toMatchObject({
+      from: '2',
+      to: '1',
+      result: 'Complete',
+      trigger: 'SpecReverted',
+    });
+    expect(await deployedRevision()).toBe('1');
+
+    // The order, from the runner's clock: every revision-2 process gone before any restored revision-1 pod exists.
+    const ev = runner.events.filter((e) => e.at >= rollbackAt);
+    const lastOldGone = Math.max(
+      ...ev.filter((e) => e.revision === '2' && e.kind === 'exited').map((e) => e.at),
+    );
+    const firstRestored = Math.min(
+      ...ev.filter((e) => e.revision === '1' && e.kind === 'seen').map((e) => e.at),
+    );
+    expect(Number.isFinite(lastOldGone) && Number.isFinite(firstRestored)).toBe(true);
+    expect(lastOldGone).toBeLessThan(firstRestored);
+    // The drain deadline (4 s) held within ±2 s for the pods whose jobs outlived it.
+    const drainTimes = [
+      ...new Set(ev.filter((e) => e.revision === '2' && e.kind === 'sigterm').map((e) => e.pod)),
+    ].map((pod) => {
+      const term = ev.find((e) => e.pod === pod && e.kind === 'sigterm')!.at;
+      const exit = ev.find((e) => e.pod === pod && e.kind === 'exited')!.at;
+      return (exit - term) / 1000;
+    });
+    console.log(
+      `drain times of revision-2 pods (s): ${drainTimes.map((t) => t.toFixed(2)).join(', ')}`,
+    );
+    expect(Math.max(...drainTimes)).toBeGreaterThanOrEqual(3.5);
+    expect(Math.max(...drainTimes)).toBeLessThanOrEqual(6);
+
+    // Work in time was acked; the rest came back and ran once more, on revision 1.
+    for (const j of [...short, ...long])
+      await eventually(
+        `${j.key} completed`,
+        async () => ((await h.claim(j.key))?.state === 'completed' ? true : undefined),
+        60_000,
+      );
+    for (const j of short) expect(await h.effects(j.key)).toBe(1);
+    const restoredPids = new Set(
+      ev
+        .filter((e) => e.revision === '1' && e.kind === 'started')
+        .map((e) => Number(e.detail?.split(' ')[1])),
+    );
+    for (const j of long) {
+      const claim = await h.claim(j.key);
+      expect(restoredPids.has((claim?.result as { pid: number }).pid)).toBe(true);
+    }
+  });
+
+  it('rolls back by itself when a new revision makes queue age rise, end to end', async () => {
+    await operator();
+    const base = {
+      scaling: { minReplicas: 1, maxReplicas: 1 },
+      rollout: { autoRollback: true, analysisSeconds: 120, verifySeconds: 60 },
+    };
+    await apply(spec(base));
+    await rolledOut('1');
+    // Revision 2 is slow: one job a second per worker, against four a second published.
+    await apply(
+      spec({
+        ...base,
+        env: [{ name: 'JOBFLEET_TEST_HANDLER_MS', value: '1000' }],
+        prefetch: 1,
+      }),
+    );
+    await rolledOut('2');
+    let producing = true;
+    const producer = (async () => {
+      for (let n = 0; producing; n++) {
+        await h.job(`a-${n}`);
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    })();
+    try {
+      const done = await eventually(
+        'the automatic rollback to finish',
+        async () => {
+          const jw = await getJw();
+          return jw.status?.lastRollback?.trigger === 'AutoRollback' && !jw.status?.rollout
+            ? jw
+            : undefined;
+        },
+        120_000,
+        250,
+      );
+      expect(done.status?.lastRollback).toMatchObject({ from: '2', to: '1', result: 'Complete' });
+      expect(done.status?.abortedRevision).toBe('2');
+      expect(await deployedRevision()).toBe('1');
+      const events = await client.list<KubeObject & { reason: string; message: string }>(
+        'v1',
+        'Event',
+        ns.namespace,
+      );
+      const started = events.items.find((e) => e.reason === 'RollbackStarted');
+      expect(started?.message).toMatch(
+        /Rolling back from revision 2 to 1 \(queue age rose from \d+ s to \d+ s, past the 3 s objective/,
+      );
+      // The spec still says revision 2; it stays off until the spec changes.
+      expect(done.status?.updateRevision).toBe('1');
+    } finally {
+      producing = false;
+      await producer;
+    }
+  });
+});
+
+describe('an operator killed mid-rollback', () => {
+  async function operatorProcess(): Promise<ChildProcess> {
+    const port = await freePort();
+    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+      cwd: repoRoot,
+      env: {
+        ...process.env,
+        KUBECONFIG: ns.kubeconfigPath,
+        JOBFLEET_WATCH_NAMESPACES: ns.namespace,
+        POD_NAMESPACE: ns.namespace,
+        POD_NAME: `op-${procs.length}`,
+        JOBFLEET_OPERATOR_PORT: String(port),
+        JOBFLEET_LEASE_DURATION_SECONDS: '4',
+        LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'silent',
+      },
+      stdio: 'inherit',
+    });
+    procs.push(proc);
+    return proc;
+  }
+
+  it('resumes at each step — draining, restoring, verifying — and completes', async () => {
+    let proc = await operatorProcess();
+    await apply(spec());
+    await rolledOut('1');
+    await apply(spec({ image: 'registry.example.com/shipping/worker:2' }));
+    await rolledOut('2');
+    // A job that outlives the drain deadline keeps Draining long enough to kill the operator in it,
+    // and a backlog published while nothing consumes keeps Verifying until age falls.
+    await h.job('k-long', { payload: { orderId: 'k-long', ms: 9000 } });
+    await eventually('the long job running', async () =>
+      (await h.effects()) === 1 ? true : undefined,
+    );
+    await apply(spec());
+    const killedIn: string[] = [];
+    for (const step of ['Draining', 'Restoring', 'Verifying']) {
+      const seen = await eventually(
+        `step ${step} (or past it)`,
+        async () => {
+          const jw = await getJw();
+          const p = jw.status?.rollout?.phase as string | undefined;
+          if (step === 'Draining' && p === 'Draining') {
+            // ~6 s of work for the restored fleet: age stays up until it is done.
+            for (let i = 0; i < 60; i++)
+              await h.job(`k-backlog-${i}`, { payload: { orderId: `k-backlog-${i}`, ms: 1500 } });
+          }
+          const order = ['Draining', 'Restoring', 'Verifying'];
+          if (p === step) return 'at';
+          if (!p) return jw.status?.lastRollback ? 'past' : undefined; // not started yet, or over
+          if (order.indexOf(p) > order.indexOf(step)) return 'past';
+          return undefined;
+        },
+        90_000,
+        50,
+      );
+      if (seen === 'past') continue;
+      proc.kill('SIGKILL');
+      killedIn.push(step);
+      await new Promise<void>((r) =>
+        proc.exitCode !== null || proc.signalCode !== null ? r() : proc.once('exit', () => r()),
+      );
+      proc = await operatorProcess();
+    }
+    const done = await eventually(
+      'RollbackComplete after the restarts',
+      async () => {
+        const jw = await getJw();
+        return condition(jw, 'Progressing')?.reason === 'RollbackComplete' ? jw : undefined;
+      },
+      120_000,
+    );
+    console.log(`operator killed in: ${killedIn.join(', ')}`);
+    expect(killedIn).toEqual(['Draining', 'Restoring', 'Verifying']);
+    expect(done.status?.lastRollback).toMatchObject({ from: '2', to: '1', result: 'Complete' });
+    expect(await deployedRevision()).toBe('1');
+    // Never both at once: no revision-1 pod appeared before the last revision-2 process exited.
+    const after = runner.events.filter((e) => e.kind === 'sigterm' && e.revision === '2')[0]!.at;
+    const lastOld = Math.max(
+      ...runner.events.filter((e) => e.revision === '2' && e.kind === 'exited').map((e) => e.at),
+    );
+    const firstNew = Math.min(
+      ...runner.events
+        .filter((e) => e.revision === '1' && e.kind === 'seen' && e.at > after)
+        .map((e) => e.at),
+    );
+    expect(lastOld).toBeLessThan(firstNew);
+  });
+});
