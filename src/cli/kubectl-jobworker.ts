@@ -1,18 +1,43 @@
 // `kubectl jobworker …`: the kubectl plugin (kubectl finds the
-// `kubectl-jobworker` executable on PATH). It resolves a JobWorker by name —
-// its queues, and the URLs in the Secrets it names — and runs the matching
-// `jobfleet` command against them, so on-call never copies a credential.
-import { KubeClient } from '../kube/client.js';
+// `kubectl-jobworker` executable on PATH). Rollout commands read and patch
+// the JobWorker; `dlq` resolves its queues and the URLs in the Secrets it
+// names and runs `jobfleet dlq` against them, so on-call never copies a
+// credential.
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
+import { KubeClient, type KubeObject } from '../kube/client.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
 import { runDlq } from './dlq.js';
+import { historyLines, statusLines, verdict, whyLines } from './jobworker-view.js';
 
 const USAGE = `usage: kubectl jobworker <command> NAME [-n NAMESPACE] [options]
 
 commands:
-  dlq list|show|replay|discard NAME [ID]   the JobWorker's dead letters (options as for "jobfleet dlq")
+  status NAME [--watch] [--timeout 10m]   phase, revisions, replicas, queue age, what is going on;
+                                          exits 0 healthy, 1 blocked or degraded, 3 still progressing
+  history NAME                            revisions: image, key rule, schema versions
+  undo NAME [--to-revision N]             roll back (to the previous revision by default): the
+                                          operator drains the current revision first
+  why NAME                                what blocks or degrades it, and how to fix it
+  dlq list|show|replay|discard NAME [ID]  its dead letters (options as for "jobfleet dlq")
 
-The JobWorker's queue and the URLs in its Secrets are read from the cluster
-with your kubeconfig (KUBECONFIG, or ~/.kube/config).`;
+Reads the cluster with your kubeconfig (KUBECONFIG, or ~/.kube/config).`;
+
+type JobWorkerObject = KubeObject & { spec: Record<string, unknown>; status?: JobWorkerStatus };
+
+/** Splits `-n/--namespace` out of the arguments; the rest in order. */
+function namespaceOf(argv: string[]): { namespace?: string; args: string[] } {
+  let namespace: string | undefined;
+  const args: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '-n' || a === '--namespace') namespace = argv[++i];
+    else if (a.startsWith('--namespace=')) namespace = a.slice('--namespace='.length);
+    else args.push(a);
+  }
+  return { namespace, args };
+}
 
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
@@ -20,45 +45,159 @@ async function main(argv: string[]): Promise<number> {
     console.log(USAGE);
     return command ? 0 : 2;
   }
-  if (command !== 'dlq') {
-    console.error(`kubectl jobworker: unknown command "${command}"\n\n${USAGE}`);
-    return 2;
+  const { namespace: ns, args } = namespaceOf(rest);
+  const client = KubeClient.fromDefault();
+  const namespace =
+    ns ?? client.kc.getContextObject(client.kc.getCurrentContext())?.namespace ?? 'default';
+  const get = (name: string) =>
+    client.find<JobWorkerObject>(API_VERSION, KIND, namespace, name).then((jw) => {
+      if (!jw) throw new Error(`JobWorker ${namespace}/${name} does not exist`);
+      return jw;
+    });
+
+  switch (command) {
+    case 'status': {
+      const { values, positionals } = parseArgs({
+        args,
+        allowPositionals: true,
+        options: {
+          watch: { type: 'boolean', short: 'w', default: false },
+          timeout: { type: 'string', default: '10m' },
+        },
+      });
+      const name = positionals[0];
+      if (!name) return usage('status NAME [--watch]');
+      if (!values.watch) {
+        const jw = await get(name);
+        console.log(statusLines(jw).join('\n'));
+        return verdict(jw);
+      }
+      return watch(() => get(name), durationMs(values.timeout));
+    }
+    case 'history': {
+      const name = args[0];
+      if (!name) return usage('history NAME');
+      console.log(historyLines(await get(name)).join('\n'));
+      return 0;
+    }
+    case 'why': {
+      const name = args[0];
+      if (!name) return usage('why NAME');
+      console.log(whyLines(await get(name)).join('\n'));
+      return 0;
+    }
+    case 'undo': {
+      const { values, positionals } = parseArgs({
+        args,
+        allowPositionals: true,
+        options: { 'to-revision': { type: 'string' } },
+      });
+      const name = positionals[0];
+      if (!name) return usage('undo NAME [--to-revision N]');
+      return undo(client, await get(name), values['to-revision']);
+    }
+    case 'dlq': {
+      const [sub, name, ...passOn] = args;
+      if (!sub || !name || name.startsWith('-'))
+        return usage('dlq list|show|replay|discard NAME [options]');
+      const target = await resolveJobWorker(client, namespace, name);
+      if ('problem' in target) throw new Error(target.problem);
+      return runDlq([
+        sub,
+        ...passOn,
+        '--queue',
+        target.queue,
+        '--dead-letter-queue',
+        target.deadLetterQueue,
+        '--claims-url',
+        target.claimsUrl,
+        '--amqp-url',
+        target.amqpUrl,
+      ]);
+    }
+    default:
+      console.error(`kubectl jobworker: unknown command "${command}"\n\n${USAGE}`);
+      return 2;
   }
-  // `dlq SUB NAME [options]`: the namespace and the name are ours, the rest goes to `jobfleet dlq`.
-  let namespace: string | undefined;
-  const args: string[] = [];
-  for (let i = 0; i < rest.length; i++) {
-    const a = rest[i]!;
-    if (a === '-n' || a === '--namespace') namespace = rest[++i];
-    else if (a.startsWith('--namespace=')) namespace = a.slice('--namespace='.length);
-    else args.push(a);
+}
+
+function usage(line: string): number {
+  console.error(`usage: kubectl jobworker ${line} [-n NAMESPACE]`);
+  return 2;
+}
+
+function durationMs(v: string | undefined): number {
+  const m = /^(\d+)(ms|s|m|h)?$/.exec(v ?? '');
+  if (!m) throw new Error(`--timeout must be a duration like 90s or 10m, got "${v}"`);
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's']!;
+}
+
+/** The live view: redrawn on a TTY, printed on change otherwise; ends healthy (0), blocked or degraded (1), or at the timeout (3). */
+async function watch(read: () => Promise<JobWorkerObject>, timeoutMs: number): Promise<number> {
+  const until = Date.now() + timeoutMs;
+  const tty = process.stdout.isTTY === true;
+  let last = '';
+  for (;;) {
+    const jw = await read();
+    const text = statusLines(jw).join('\n');
+    if (text !== last) {
+      if (tty) process.stdout.write('\x1b[2J\x1b[H');
+      else if (last) console.log('---');
+      console.log(text);
+      last = text;
+    }
+    const v = verdict(jw);
+    if (v !== 3) return v;
+    if (Date.now() > until) {
+      console.log(`still progressing after ${Math.round(timeoutMs / 1000)} s`);
+      return 3;
+    }
+    await new Promise((r) => setTimeout(r, 1000));
   }
-  const [sub, name, ...passOn] = args;
-  if (!sub || !name || name.startsWith('-')) {
+}
+
+/**
+ * Puts the spec of an earlier revision back (from status.history). The
+ * operator sees a spec matching that revision and rolls back in its fixed
+ * order; the compatibility gate applies as to any rollback.
+ */
+async function undo(client: KubeClient, jw: JobWorkerObject, to?: string): Promise<number> {
+  const st = jw.status ?? {};
+  const history = st.history ?? [];
+  const current = Number(st.currentRevision ?? st.updateRevision ?? NaN);
+  const target = to
+    ? history.find((h) => h.revision === to)
+    : history
+        .filter((h) => Number(h.revision) < current)
+        .sort((a, b) => Number(b.revision) - Number(a.revision))[0];
+  if (!target) {
     console.error(
-      'usage: kubectl jobworker dlq list|show|replay|discard NAME [-n NAMESPACE] [options]',
+      to
+        ? `revision ${to} is not in the history of ${jw.metadata.name} (kubectl jobworker history ${jw.metadata.name})`
+        : `${jw.metadata.name} has no revision before ${st.currentRevision ?? '?'} to go back to`,
     );
     return 2;
   }
-  const client = KubeClient.fromDefault();
-  namespace ??= client.kc.getContextObject(client.kc.getCurrentContext())?.namespace ?? 'default';
-  const target = await resolveJobWorker(client, namespace, name);
-  if ('problem' in target) {
-    console.error(`kubectl jobworker: ${target.problem}`);
+  if (!target.spec) {
+    console.error(`revision ${target.revision} was recorded without its spec: apply it by hand`);
     return 2;
   }
-  return runDlq([
-    sub,
-    ...passOn,
-    '--queue',
-    target.queue,
-    '--dead-letter-queue',
-    target.deadLetterQueue,
-    '--claims-url',
-    target.claimsUrl,
-    '--amqp-url',
-    target.amqpUrl,
-  ]);
+  const who = process.env.USER ?? os.userInfo().username;
+  await client.replace({
+    ...jw,
+    metadata: {
+      ...jw.metadata,
+      annotations: {
+        ...(jw.metadata.annotations ?? {}),
+        'jobfleet.dev/undo': `to revision ${target.revision} by ${who} at ${new Date().toISOString()}`,
+      },
+    },
+    spec: target.spec,
+  });
+  console.log(
+    `${jw.metadata.name}: rolling back to revision ${target.revision} (${target.image}). The operator drains revision ${st.currentRevision ?? '?'} first; follow it with: kubectl jobworker status ${jw.metadata.name} --watch`,
+  );
+  return 0;
 }
 
 try {

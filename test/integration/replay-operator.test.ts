@@ -2,23 +2,17 @@
 // RabbitMQ and PostgreSQL: it reads each JobWorker's dead letters (status,
 // DeadLettersOverdue, the age gauge) and drives a JobReplay resource to
 // completion, writing progress to its status.
-import { execFile } from 'node:child_process';
-import { mkdtempSync, symlinkSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { promisify } from 'node:util';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import { startOperator, type Operator } from '../../src/operator.js';
 import { Permanent } from '../../worker/index.js';
 import { jobfleet } from '../fixtures/jobfleet-cli.js';
-import { assetsDir, repoRoot } from '../ground/control-plane.js';
+import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
 import { CONTRACT, QUEUE, harness, type Harness } from './worker-harness.js';
 
-const run = promisify(execFile);
 let h: Harness;
 let ns: Awaited<ReturnType<typeof useKube>>;
 let client: KubeClient;
@@ -213,20 +207,7 @@ describe('the quarantine, seen by the operator', () => {
     await eventually('the dead letter', async () =>
       (await h.db.pool.query('select 1 from jobfleet_dead_letters')).rowCount ? true : undefined,
     );
-    const plugins = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-plugins-'));
-    symlinkSync(
-      path.join(repoRoot, 'bin/kubectl-jobworker.mjs'),
-      path.join(plugins, 'kubectl-jobworker'),
-    );
-    const kubectl = (...args: string[]) =>
-      run(path.join(assetsDir(), 'kubectl'), args, {
-        env: {
-          ...process.env,
-          KUBECONFIG: ns.kubeconfigPath,
-          PATH: `${plugins}:${path.dirname(process.execPath)}:/usr/bin:/bin`,
-        },
-        timeout: 60_000,
-      });
+    const kubectl = kubectlWithPlugin(ns.kubeconfigPath);
     const list = await kubectl('jobworker', 'dlq', 'list', 'shipper', '-n', ns.namespace, '--json');
     const rows = (JSON.parse(list.stdout) as { rows: Array<{ id: number; key: string }> }).rows;
     expect(rows.map((r) => r.key)).toEqual([key]);
@@ -241,11 +222,9 @@ describe('the quarantine, seen by the operator', () => {
     );
     expect(show.stdout).toMatch(/reason\s+Permanent: rejected for good/);
     expect(show.stdout).not.toContain('postgres://'); // URLs never printed
-    await expect(
-      kubectl('jobworker', 'dlq', 'list', 'nobody', '-n', ns.namespace),
-    ).rejects.toMatchObject({
-      stderr: expect.stringContaining(`JobWorker ${ns.namespace}/nobody does not exist`),
-    });
+    const missing = await kubectl('jobworker', 'dlq', 'list', 'nobody', '-n', ns.namespace);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain(`JobWorker ${ns.namespace}/nobody does not exist`);
   });
 
   it('a JobReplay naming a missing JobWorker waits in Pending and says what to fix', async () => {

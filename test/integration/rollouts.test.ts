@@ -9,6 +9,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import { startOperator, type Operator } from '../../src/operator.js';
 import { freePort, repoRoot } from '../ground/control-plane.js';
+import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
 import { LocalRunner, RUNNER_LABEL } from '../ground/local-runner.js';
@@ -380,6 +381,56 @@ describe('rollback, in a fixed order', () => {
       producing = false;
       await producer;
     }
+  });
+});
+
+describe('kubectl jobworker', () => {
+  it('status, history, undo and why, through the real kubectl', async () => {
+    const kubectl = kubectlWithPlugin(ns.kubeconfigPath);
+    const jw = (...a: string[]) => kubectl('jobworker', ...a, '-n', ns.namespace);
+    await operator();
+    await apply(spec());
+    await rolledOut('1');
+    await apply(spec({ image: 'registry.example.com/shipping/worker:2' }));
+    await rolledOut('2');
+
+    const healthy = await jw('status', NAME);
+    expect(healthy.stdout).toMatch(/Phase:\s+Healthy/);
+    expect(healthy.stdout).toMatch(/Revision:\s+current 2, update 2/);
+    expect(healthy.code).toBe(0);
+    const history = await jw('history', NAME);
+    expect(history.stdout.split('\n')[0]).toMatch(/^REVISION\s+IMAGE\s+KEY RULE\s+SCHEMA VERSIONS/);
+    expect(history.stdout).toMatch(
+      /^1\s+registry.example.com\/shipping\/worker:1\s+order:\{orderId\}:ship\s+1,2/m,
+    );
+    expect(history.stdout).toMatch(/^2\s+registry.example.com\/shipping\/worker:2 .*current$/m);
+
+    const undo = await jw('undo', NAME);
+    expect(undo.stdout).toContain(
+      'rolling back to revision 1 (registry.example.com/shipping/worker:1)',
+    );
+    expect(undo.code).toBe(0);
+    // --watch follows the rollback to its end and exits 0 once healthy.
+    const watched = await jw('status', NAME, '--watch', '--timeout', '90s');
+    expect(watched.stdout).toMatch(/Rollback:\s+2 → 1, step (Draining|Restoring|Verifying)/);
+    expect(watched.stdout).toMatch(/Phase:\s+Healthy/);
+    expect(watched.code).toBe(0);
+    expect(await deployedRevision()).toBe('1');
+
+    await apply(spec({ contract: { idempotencyKey: 'order:{orderId}:v2' } }));
+    await eventually('blocked', async () =>
+      condition(await getJw(), 'RolloutBlocked')?.status === 'True' ? true : undefined,
+    );
+    const blocked = await jw('status', NAME);
+    expect(blocked.code).toBe(1);
+    const why = await jw('why', NAME);
+    expect(why.stdout).toContain(
+      'Rollout blocked (IdempotencyKeyRuleChanged): Revision 3 changes the idempotency-key rule',
+    );
+    expect(why.stdout).toContain('Restore spec.contract.idempotencyKey to "order:{orderId}:ship"');
+    const none = await jw('undo', NAME, '--to-revision', '9');
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain('revision 9 is not in the history');
   });
 });
 

@@ -1,0 +1,112 @@
+// What `kubectl jobworker status|history|why` print, pure: a JobWorker in,
+// lines and an exit code out.
+import type { Condition, JobWorkerStatus } from '../api/jobworker.js';
+
+export interface JobWorkerView {
+  metadata: { name: string; namespace?: string; generation?: number };
+  status?: JobWorkerStatus;
+}
+
+/** 0 healthy, 1 blocked or degraded, 3 still progressing (2 is for usage errors). */
+export type Verdict = 0 | 1 | 3;
+
+const cond = (jw: JobWorkerView, type: string): Condition | undefined =>
+  jw.status?.conditions?.find((c) => c.type === type);
+
+export function verdict(jw: JobWorkerView): Verdict {
+  const st = jw.status;
+  if (!st || (st.observedGeneration ?? 0) < (jw.metadata.generation ?? 0)) return 3;
+  if (st.phase === 'Healthy') return 0;
+  if (st.phase === 'Blocked' || st.phase === 'Degraded') return 1;
+  return 3;
+}
+
+export function statusLines(jw: JobWorkerView): string[] {
+  const st = jw.status ?? {};
+  const lines = [
+    `Name:        ${jw.metadata.namespace ? `${jw.metadata.namespace}/` : ''}${jw.metadata.name}`,
+    `Phase:       ${st.phase ?? 'Unknown'}${(st.observedGeneration ?? 0) < (jw.metadata.generation ?? 0) ? ' (not yet observed: the operator has not seen the latest spec)' : ''}`,
+    `Revision:    current ${st.currentRevision ?? '-'}, update ${st.updateRevision ?? '-'}${st.abortedRevision ? `, aborted ${st.abortedRevision}` : ''}`,
+    `Replicas:    desired ${st.desiredReplicas ?? '-'}, ready ${st.readyReplicas ?? '-'}`,
+    `Oldest age:  ${st.oldestMessageAgeSeconds !== undefined ? `${st.oldestMessageAgeSeconds} s` : '-'}${st.ageSource === 'Estimated' ? ' (estimated)' : ''}, depth ${st.queueDepth ?? '-'}${st.scaling?.limitedBy ? `, limited by ${st.scaling.limitedBy}` : ''}`,
+  ];
+  if (st.rollout)
+    lines.push(
+      `Rollback:    ${st.rollout.from} → ${st.rollout.to}, step ${st.rollout.phase} (${st.rollout.trigger}${st.rollout.reason ? `: ${st.rollout.reason}` : ''}); drain deadline ${st.rollout.drainDeadline}`,
+    );
+  if (st.deadLetters)
+    lines.push(
+      `Dead letters: ${st.deadLetters.quarantined} quarantined${st.deadLetters.oldestDeadLetteredAt ? `, oldest from ${st.deadLetters.oldestDeadLetteredAt}` : ''} (owner ${st.deadLetters.owner ?? '-'})`,
+    );
+  for (const type of [
+    'RolloutBlocked',
+    'Degraded',
+    'Draining',
+    'Progressing',
+    'DeadLettersOverdue',
+  ]) {
+    const c = cond(jw, type);
+    const notable =
+      c &&
+      ((type === 'Progressing' && c.status === 'True') ||
+        (type === 'Progressing' && c.reason === 'RollbackComplete') ||
+        (type !== 'Progressing' && c.status === 'True'));
+    if (notable) lines.push(`${`${type}:`.padEnd(13)}${c.reason} — ${c.message}`);
+  }
+  return lines;
+}
+
+export function historyLines(jw: JobWorkerView): string[] {
+  const st = jw.status ?? {};
+  const rows = [
+    ['REVISION', 'IMAGE', 'KEY RULE', 'SCHEMA VERSIONS', 'FIRST DEPLOYED', ''],
+    ...(st.history ?? []).map((h) => [
+      h.revision,
+      h.image,
+      h.keyRule ?? '-',
+      h.schemaVersions?.join(',') ?? '-',
+      h.deployedAt,
+      [
+        h.revision === st.currentRevision ? 'current' : '',
+        h.revision === st.updateRevision && h.revision !== st.currentRevision ? 'update' : '',
+        h.revision === st.abortedRevision ? 'aborted' : '',
+      ]
+        .filter(Boolean)
+        .join(', '),
+    ]),
+  ];
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows.map((r) =>
+    r
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd(),
+  );
+}
+
+/** The blocking reason and how to fix it; or that nothing blocks. */
+export function whyLines(jw: JobWorkerView): string[] {
+  const out: string[] = [];
+  const blocked = cond(jw, 'RolloutBlocked');
+  if (blocked?.status === 'True')
+    out.push(`Rollout blocked (${blocked.reason}): ${blocked.message}`);
+  const degraded = cond(jw, 'Degraded');
+  if (degraded?.status === 'True') out.push(`Degraded (${degraded.reason}): ${degraded.message}`);
+  const draining = cond(jw, 'Draining');
+  if (draining?.status === 'True')
+    out.push(
+      `Draining (${draining.reason}): ${draining.message} This ends by itself at the deadline.`,
+    );
+  const scaling = cond(jw, 'ScalingActive');
+  if (scaling?.status === 'False')
+    out.push(`Not scaling on queue age (${scaling.reason}): ${scaling.message}`);
+  const dl = cond(jw, 'DeadLettersOverdue');
+  if (dl?.status === 'True') out.push(`Dead letters overdue (${dl.reason}): ${dl.message}`);
+  if (jw.status?.abortedRevision)
+    out.push(
+      `Revision ${jw.status.abortedRevision} was rolled back automatically (${jw.status.lastRollback?.message ?? 'see kubectl describe'}). It stays off until the spec changes: fix it and apply a new revision.`,
+    );
+  if (!out.length)
+    out.push(`Nothing blocks ${jw.metadata.name}: phase ${jw.status?.phase ?? 'Unknown'}.`);
+  return out;
+}
