@@ -8,8 +8,9 @@
 // restarts), and on deletion sends SIGTERM, then SIGKILL at the end of the
 // grace period, and removes the pod once the process has exited.
 //
-// Pods opt in with the node selector `jobfleet.dev/runner: local` (kwok's
-// fake node keeps running everything else).
+// Pods opt in with the node selector `jobfleet.dev/runner: local` and the
+// toleration `RUNNER_TOLERATION` (the node is tainted, so kwok's fake node
+// keeps running everything else).
 import { spawn, type ChildProcess } from 'node:child_process';
 import pino from 'pino';
 import { Informer } from '../../src/controller/informer.js';
@@ -17,6 +18,11 @@ import type { KubeClient, KubeObject } from '../../src/kube/client.js';
 import { freePort, repoRoot } from './control-plane.js';
 
 export const RUNNER_LABEL = 'jobfleet.dev/runner';
+/** What a pod template needs to run on the local runner. */
+export const RUNNER_POD_TEMPLATE = {
+  nodeSelector: { [RUNNER_LABEL]: 'local' },
+  tolerations: [{ key: RUNNER_LABEL, operator: 'Equal', value: 'local', effect: 'NoSchedule' }],
+};
 
 export interface RunnerEvent {
   pod: string;
@@ -111,6 +117,8 @@ export class LocalRunner {
           name: this.nodeName,
           labels: { [RUNNER_LABEL]: 'local', 'kubernetes.io/hostname': this.nodeName },
         },
+        // Only pods that ask for the runner land here: others (kwok's) never get a process.
+        spec: { taints: [{ key: RUNNER_LABEL, value: 'local', effect: 'NoSchedule' }] },
       },
       'local-runner',
     );

@@ -12,7 +12,7 @@ import { freePort, repoRoot } from '../ground/control-plane.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
-import { LocalRunner, RUNNER_LABEL } from '../ground/local-runner.js';
+import { LocalRunner, RUNNER_POD_TEMPLATE } from '../ground/local-runner.js';
 import { CONTRACT, QUEUE, harness, type Harness } from './worker-harness.js';
 
 let h: Harness;
@@ -73,10 +73,7 @@ function spec(
 ): Spec {
   return {
     image: over.image ?? 'registry.example.com/shipping/worker:1',
-    podTemplate: {
-      nodeSelector: { [RUNNER_LABEL]: 'local' },
-      env: over.env ?? [],
-    },
+    podTemplate: { ...RUNNER_POD_TEMPLATE, env: over.env ?? [] },
     broker: {
       urlSecretRef: { name: 'rabbitmq', key: 'url' },
       managementUrlSecretRef: { name: 'rabbitmq-mgmt', key: 'url' },
