@@ -473,9 +473,10 @@ describe('an operator killed mid-rollback', () => {
           const jw = await getJw();
           const p = jw.status?.rollout?.phase as string | undefined;
           if (step === 'Draining' && p === 'Draining') {
-            // ~6 s of work for the restored fleet: age stays up until it is done.
+            // ~15 s of work for the restored fleet (16 at a time): the queue is not empty yet
+            // when verification starts, so age stays up — and Verifying lasts — until it is.
             for (let i = 0; i < 60; i++)
-              await h.job(`k-backlog-${i}`, { payload: { orderId: `k-backlog-${i}`, ms: 1500 } });
+              await h.job(`k-backlog-${i}`, { payload: { orderId: `k-backlog-${i}`, ms: 4000 } });
           }
           const order = ['Draining', 'Restoring', 'Verifying'];
           if (p === step) return 'at';
