@@ -50,9 +50,10 @@ bench: node_modules
 chaos: node_modules
 	node --import tsx bench/chaos.ts --write $(CHAOS_ARGS)
 
-demo: node_modules
-	@echo "make demo: not yet — the end-to-end demo lands with the packaging issue (Helm chart, example worker)."
-	@exit 1
+## demo: the main job end to end on this machine — control plane, operator, example JobWorker,
+## real worker processes; scales on age, rolls back drain-first, blocks a key-rule change (~3 min)
+demo: node_modules control-plane
+	node --import tsx examples/demo/demo.ts
 
 clean:
 	rm -rf dist test-results coverage .cache/build

@@ -322,6 +322,10 @@ export const jobWorkerStatus = z.object({
       to: z.string(),
       trigger: z.enum(['SpecReverted', 'AutoRollback']),
       result: z.enum(['Complete', 'NotRecovering']),
+      drainEndedBy: z
+        .enum(['PodsGone', 'Deadline'])
+        .optional()
+        .describe('How the drain ended: every pod of the old revision gone, or the deadline'),
       message: z.string(),
       finishedAt: z.string(),
     })

@@ -278,6 +278,7 @@ describe('rollback, in a fixed order', () => {
       to: '1',
       result: 'Complete',
       trigger: 'SpecReverted',
+      drainEndedBy: 'PodsGone', // the workers finished by the deadline, so did their pods
     });
     expect(await deployedRevision()).toBe('1');
 
@@ -409,7 +410,9 @@ describe('kubectl jobworker', () => {
     expect(undo.code).toBe(0);
     // --watch follows the rollback to its end and exits 0 once healthy.
     const watched = await jw('status', NAME, '--watch', '--timeout', '90s');
-    expect(watched.stdout).toMatch(/Rollback:\s+2 → 1, step (Draining|Restoring|Verifying)/);
+    expect(watched.stdout).toMatch(
+      /Progressing: RollbackComplete — Rolled back from revision 2 to 1/,
+    );
     expect(watched.stdout).toMatch(/Phase:\s+Healthy/);
     expect(watched.code).toBe(0);
     expect(await deployedRevision()).toBe('1');

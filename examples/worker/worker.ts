@@ -1,0 +1,54 @@
+// An example worker image's entrypoint: ships orders by calling a (simulated)
+// carrier API. What a real worker looks like with jobfleet/worker — the
+// operator passes JOBFLEET_* (queue, credentials, contract, revision); the
+// code states the contract it implements and the handlers.
+//
+// The simulated carrier takes CARRIER_LATENCY_MS per call (default 100) and
+// answers 429 with Retry-After when more than CARRIER_MAX_CONCURRENCY calls
+// are in flight in this process (default: no limit).
+import { createWorker, Permanent, Throttled } from '../../worker/index.js';
+
+const latencyMs = Number(process.env.CARRIER_LATENCY_MS ?? 100);
+const maxConcurrency = Number(process.env.CARRIER_MAX_CONCURRENCY ?? Infinity);
+let inFlight = 0;
+
+interface ShipOrder {
+  orderId: string;
+  /** a negative quantity is a bad order: no retry will fix it */
+  qty?: number;
+}
+
+async function carrierShip(order: ShipOrder, idempotencyKey: string, signal: AbortSignal) {
+  if (inFlight >= maxConcurrency)
+    throw new Throttled('carrier answered 429', { retryAfterMs: 1000 });
+  inFlight++;
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const t = setTimeout(resolve, latencyMs);
+      signal.addEventListener('abort', () => {
+        clearTimeout(t);
+        reject(new Error('aborted'));
+      });
+    });
+    return { trackingId: `trk-${idempotencyKey}` };
+  } finally {
+    inFlight--;
+  }
+}
+
+const worker = createWorker({
+  // The contract this code implements: the operator refuses to run it under another.
+  contract: {
+    keyRule: process.env.JOBFLEET_KEY_RULE ?? 'order:{orderId}:ship',
+    schemaVersions: process.env.JOBFLEET_SCHEMA_VERSIONS?.split(',').map(Number) ?? [1, 2],
+  },
+  handlers: {
+    'order.ship': async (job, ctx) => {
+      const order = job.payload as ShipOrder;
+      if ((order.qty ?? 1) < 0) throw new Permanent(`order ${order.orderId} has qty ${order.qty}`);
+      // The idempotency key goes to the carrier: a retried call ships once.
+      return carrierShip(order, ctx.key, ctx.signal);
+    },
+  },
+});
+await worker.start();
