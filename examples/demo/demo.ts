@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import pino from 'pino';
 import { parse } from 'yaml';
+import type { JobWorkerSpecInput, JobWorkerStatus } from '../../src/api/jobworker.js';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import { startOperator } from '../../src/operator.js';
 import { repoRoot, startControlPlane } from '../../test/ground/control-plane.js';
@@ -26,7 +27,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const NAME = 'order-shipper';
 const QUEUE = 'orders.ship';
 
-type Jw = KubeObject & { spec: Record<string, any>; status?: Record<string, any> };
+type Jw = KubeObject & { spec: JobWorkerSpecInput; status?: JobWorkerStatus };
 
 async function main(): Promise<number> {
   const services = await findServices(process.env, { containers: false });
@@ -88,7 +89,7 @@ async function main(): Promise<number> {
     const manifest = parse(
       readFileSync(path.join(repoRoot, 'examples/demo/jobworker.yaml'), 'utf8'),
     ) as Jw;
-    const apply = (spec: Record<string, any>) =>
+    const apply = (spec: JobWorkerSpecInput) =>
       client.apply(
         {
           apiVersion: manifest.apiVersion,
@@ -115,7 +116,7 @@ async function main(): Promise<number> {
     await apply(manifest.spec);
     await until(
       'the first worker',
-      (jw) => jw.status?.readyReplicas >= 1 && jw.status?.currentRevision === '1',
+      (jw) => (jw.status?.readyReplicas ?? 0) >= 1 && jw.status?.currentRevision === '1',
     );
     say('revision 1 is running (1 worker process)');
 
@@ -129,7 +130,7 @@ async function main(): Promise<number> {
     const end = Date.now() + 150_000;
     let sawEmpty = false;
     while (Date.now() < end) {
-      const st = (await get()).status ?? {};
+      const st: JobWorkerStatus = (await get()).status ?? {};
       peak = Math.max(peak, st.desiredReplicas ?? 0);
       if (st.scaling?.limitedBy) limits.add(st.scaling.limitedBy);
       const row = `${String(st.oldestMessageAgeSeconds ?? '-').padStart(9)} s  ${String(st.queueDepth ?? '-').padStart(5)}  ${String(st.desiredReplicas ?? '-').padStart(7)}  ${String(st.readyReplicas ?? '-').padStart(5)}  ${(st.scaling?.limitedBy ?? '-').padEnd(14)}  ${st.phase ?? '-'}`;
@@ -166,15 +167,15 @@ async function main(): Promise<number> {
     const done = await until(
       'the rollback',
       (jw) => {
-        const step = jw.status?.rollout?.phase as string | undefined;
-        if (step && step !== lastStep) {
-          const r = jw.status?.rollout;
+        const r = jw.status?.rollout;
+        const step = r?.phase;
+        if (r && step && step !== lastStep) {
           say(
             step === 'Draining'
               ? `rollback step 1, Draining: revision ${r.from} stops consuming, deadline ${r.drainDeadline}`
               : step === 'Restoring'
                 ? `rollback step 2→3, Restoring revision ${r.to} (drain ended: ${r.drainEndedBy})`
-                : `rollback step 4, Verifying that queue age falls (${r.ageAtRestore ?? '?'} s at restore)`,
+                : `rollback step 4, Verifying that queue age falls (${Math.round(r.ageAtRestore ?? 0)} s at restore)`,
           );
           lastStep = step;
         }
