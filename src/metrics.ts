@@ -69,6 +69,18 @@ export function operatorMetrics(registry = new client.Registry()) {
       labelNames,
       registers: r,
     }),
+    targetAge: new client.Gauge({
+      name: 'jobfleet_target_oldest_age_seconds',
+      help: "The JobWorker's objective (spec.scaling.targetOldestAgeSeconds), for alert rules",
+      labelNames,
+      registers: r,
+    }),
+    limitedBy: new client.Gauge({
+      name: 'jobfleet_scaling_limited',
+      help: '1 for what limits the replica count now (age, downstream, maxReplicas, …), 0 for the rest',
+      labelNames: ['namespace', 'jobworker', 'reason'],
+      registers: r,
+    }),
     rolloutBlocked: new client.Gauge({
       name: 'jobfleet_rollout_blocked',
       help: '1 while a rollout or rollback is blocked by the compatibility gate',

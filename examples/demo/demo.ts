@@ -144,23 +144,25 @@ async function main(): Promise<number> {
     say(`scaled from 1 up to ${peak} workers and back to 1; limited by: ${[...limits].join(', ')}`);
 
     // --- 2. a drain-first rollback ------------------------------------------------------------------
+    // Revision 2 ships a regression: each carrier call now takes 8 s.
     const v2 = structuredClone(manifest.spec);
     v2.image = 'registry.example.com/shipping/order-worker:1.1.0';
+    v2.podTemplate = { ...v2.podTemplate, env: [{ name: 'CARRIER_LATENCY_MS', value: '8000' }] };
     await apply(v2);
     await until(
       'revision 2',
       (jw) => jw.status?.currentRevision === '2' && cond(jw, 'Progressing')?.status === 'False',
     );
-    say(
-      'revision 2 (order-worker:1.1.0) rolled out; now rolling back to revision 1 while orders flow',
-    );
-    void produce({
+    say('revision 2 (order-worker:1.1.0, 8 s per carrier call) rolled out; orders keep coming');
+    const flowing = produce({
       brokerUrl: rabbit.amqpUrl,
       queue: QUEUE,
       count: 300,
       ratePerSecond: 30,
       prefix: 'rb',
     });
+    await sleep(3000); // revision 2's workers are mid-call now
+    say('rolling back to revision 1: its calls outlive the 5 s drain deadline');
     const rollbackAt = Date.now();
     await apply(manifest.spec);
     let lastStep = '';
@@ -195,6 +197,8 @@ async function main(): Promise<number> {
     say(
       `order check: last revision-2 worker exited ${((firstNew - lastOld) / 1000).toFixed(1)} s before the first restored revision-1 pod appeared: ${ordered ? 'drain first, as promised' : 'ORDER VIOLATED'}`,
     );
+
+    await flowing;
 
     // --- 3. an incompatible change, blocked -----------------------------------------------------
     const badKey = structuredClone(manifest.spec);

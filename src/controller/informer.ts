@@ -101,6 +101,7 @@ export class Informer {
         await new Promise<void>((resolve, reject) => {
           const watch = new k8s.Watch(this.client.kc);
           const path = resourcePath(this.opts.apiVersion, this.opts.kind, this.opts.namespace);
+          this.client.onRequest?.('WATCH', path, 0);
           watch
             .watch(
               path,

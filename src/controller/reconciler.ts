@@ -90,6 +90,16 @@ export interface ReconcilerDeps {
   deadLetterReadMs?: number;
 }
 
+/** Every value of limitedBy, so that the gauge reads 0 for those not in force. */
+const LIMITS: readonly LimitedBy[] = [
+  'age',
+  'downstream',
+  'maxReplicas',
+  'minReplicas',
+  'stabilization',
+  'signalMissing',
+];
+
 /** How long a reconcile waits for a quarantine read before going on with the last one. */
 const DEAD_LETTER_READ_WAIT_MS = 2000;
 
@@ -368,6 +378,15 @@ export class JobWorkerReconciler {
     const desired = signals.ok
       ? d.desired
       : Math.min(sc.maxReplicas, Math.max(sc.minReplicas, base));
+    {
+      const [namespace, jobworker] = key.split('/') as [string, string];
+      this.d.metrics.targetAge.set({ namespace, jobworker }, sc.targetOldestAgeSeconds);
+      for (const reason of LIMITS)
+        this.d.metrics.limitedBy.set(
+          { namespace, jobworker, reason },
+          d.limitedBy === reason ? 1 : 0,
+        );
+    }
     if (age) {
       const [namespace, jobworker] = key.split('/') as [string, string];
       this.d.metrics.oldestAge.set({ namespace, jobworker }, age.signals.oldestAgeSeconds);
@@ -534,6 +553,12 @@ export class JobWorkerReconciler {
     this.scaling.delete(`${namespace}/${name}`);
     this.deadLetterReads.delete(`${namespace}/${name}`);
     this.d.metrics.forgetDeadLetters(namespace, name);
+    // A deleted JobWorker's series go too: alerts must not fire on what no longer exists.
+    const labels = { namespace, jobworker: name };
+    const m = this.d.metrics;
+    for (const g of [m.oldestAge, m.queueDepth, m.desiredReplicas, m.targetAge, m.rolloutBlocked])
+      g.remove(labels);
+    for (const reason of LIMITS) m.limitedBy.remove({ ...labels, reason });
     for (const k of [...this.verified.keys()])
       if (k.endsWith(`/${namespace}/${name}`) || k.endsWith(`/${namespace}/${name}-metrics`))
         this.verified.delete(k);

@@ -75,6 +75,8 @@ export function resourcePath(
 
 export class KubeClient {
   private readonly server: URL;
+  /** sees every call (method, path, status): the RBAC test records what the operator uses */
+  onRequest?: (method: string, path: string, status: number) => void;
 
   constructor(readonly kc: k8s.KubeConfig) {
     const cluster = kc.getCurrentCluster();
@@ -129,6 +131,7 @@ export class KubeClient {
             // not JSON: keep the text
           }
           const status = res.statusCode ?? 0;
+          this.onRequest?.(method, path, status);
           if (status >= 200 && status < 300) {
             resolve(parsed as T);
             return;

@@ -1,0 +1,374 @@
+// The Helm chart: lint, render with several value sets, the alert rules
+// through promtool, an install into the real kube-apiserver (server-side
+// validation), and the operator — run from source, authenticated as the
+// chart's ServiceAccount — reconciling the example with exactly the RBAC the
+// chart grants: nothing missing (no 403), nothing unused.
+import { execFile } from 'node:child_process';
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import * as k8s from '@kubernetes/client-node';
+import pino from 'pino';
+import { parse, parseAllDocuments, stringify } from 'yaml';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { KubeClient, type KubeObject } from '../../src/kube/client.js';
+import { startOperator, type Operator } from '../../src/operator.js';
+import { assetsDir, repoRoot } from '../ground/control-plane.js';
+import { eventually } from '../ground/eventually.js';
+import { useKube } from '../ground/index.js';
+import {
+  compareRbac,
+  triplesOfCall,
+  triplesOfRules,
+  type Rule,
+  type Triple,
+} from '../ground/rbac.js';
+
+const run = promisify(execFile);
+const CHART = path.join(repoRoot, 'charts/jobfleet');
+const helmHome = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-helm-'));
+
+function helm(...args: string[]) {
+  return run(path.join(assetsDir(), 'helm'), args, {
+    env: {
+      ...process.env,
+      HELM_CONFIG_HOME: path.join(helmHome, 'config'),
+      HELM_CACHE_HOME: path.join(helmHome, 'cache'),
+      HELM_DATA_HOME: path.join(helmHome, 'data'),
+    },
+    timeout: 120_000,
+  });
+}
+
+type Doc = KubeObject & Record<string, any>;
+async function render(...set: string[]): Promise<Doc[]> {
+  const { stdout } = await helm(
+    'template',
+    'jf',
+    CHART,
+    '--namespace',
+    'jobfleet-system',
+    '--kube-version',
+    '1.35.4',
+    ...set.flatMap((s) => ['--set', s]),
+  );
+  return parseAllDocuments(stdout)
+    .map((d) => d.toJSON() as Doc)
+    .filter(Boolean);
+}
+const kinds = (docs: Doc[]) =>
+  docs.map((d) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`).sort();
+
+const ALL_ON = [
+  'alerts.enabled=true',
+  'dashboard.enabled=true',
+  'metrics.podMonitor.enabled=true',
+  'metrics.serviceMonitor.enabled=true',
+];
+
+describe('the Helm chart, rendered', () => {
+  it('passes helm lint with the defaults, with every option on, and in namespaced mode', async () => {
+    for (const set of [[], ALL_ON, ['watchNamespaces={team-a,team-b}']]) {
+      const { stdout } = await helm('lint', CHART, '--strict', ...set.flatMap((s) => ['--set', s]));
+      expect(stdout).toContain('1 chart(s) linted, 0 chart(s) failed');
+    }
+  });
+
+  it('by default: the operator (2 replicas, probes, restricted), a ClusterRole, the leader-election Role, a PDB', async () => {
+    const docs = await render();
+    expect(kinds(docs)).toEqual([
+      'ClusterRole//jf-jobfleet',
+      'ClusterRoleBinding//jf-jobfleet',
+      'Deployment/jobfleet-system/jf-jobfleet',
+      'PodDisruptionBudget/jobfleet-system/jf-jobfleet',
+      'Role/jobfleet-system/jf-jobfleet-leader-election',
+      'RoleBinding/jobfleet-system/jf-jobfleet-leader-election',
+      'Service/jobfleet-system/jf-jobfleet-metrics',
+      'ServiceAccount/jobfleet-system/jf-jobfleet',
+    ]);
+    const dep = docs.find((d) => d.kind === 'Deployment')!;
+    expect(dep.spec.replicas).toBe(2);
+    const c = dep.spec.template.spec.containers[0];
+    expect(c.image).toBe('ghcr.io/jobfleet/operator:0.1.0');
+    expect(c.readinessProbe.httpGet.path).toBe('/readyz');
+    expect(c.livenessProbe.httpGet.path).toBe('/healthz');
+    expect(c.securityContext).toMatchObject({
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      runAsNonRoot: true,
+      capabilities: { drop: ['ALL'] },
+    });
+    expect(c.resources.limits.memory).toBe('512Mi');
+    expect(c.env).toEqual(
+      expect.arrayContaining([
+        { name: 'JOBFLEET_WATCH_NAMESPACES', value: '' },
+        { name: 'JOBFLEET_LEASE_NAME', value: 'jobfleet-operator' },
+        { name: 'LOG_LEVEL', value: 'info' },
+      ]),
+    );
+  });
+
+  it('in namespaced mode: a Role and RoleBinding per watched namespace, nothing cluster-wide', async () => {
+    const docs = await render(
+      'watchNamespaces={team-a,team-b}',
+      'logLevel=debug',
+      'image.tag=1.2.3',
+    );
+    expect(kinds(docs).filter((k) => /Role/.test(k))).toEqual([
+      'Role/jobfleet-system/jf-jobfleet-leader-election',
+      'Role/team-a/jf-jobfleet',
+      'Role/team-b/jf-jobfleet',
+      'RoleBinding/jobfleet-system/jf-jobfleet-leader-election',
+      'RoleBinding/team-a/jf-jobfleet',
+      'RoleBinding/team-b/jf-jobfleet',
+    ]);
+    const c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
+    expect(c.image).toBe('ghcr.io/jobfleet/operator:1.2.3');
+    expect(c.env).toEqual(
+      expect.arrayContaining([
+        { name: 'JOBFLEET_WATCH_NAMESPACES', value: 'team-a,team-b' },
+        { name: 'LOG_LEVEL', value: 'debug' },
+      ]),
+    );
+  });
+
+  it('with monitoring on: ServiceMonitor, worker PodMonitor, PrometheusRule with runbook links, the dashboard for the sidecar', async () => {
+    const docs = await render(...ALL_ON, 'alerts.queueAge.for=20m');
+    const by = (kind: string) => docs.find((d) => d.kind === kind)!;
+    expect(by('ServiceMonitor').spec.endpoints[0].port).toBe('http-metrics');
+    expect(by('PodMonitor').spec.podMetricsEndpoints[0].relabelings).toContainEqual({
+      sourceLabels: ['__meta_kubernetes_pod_label_jobfleet_dev_jobworker'],
+      targetLabel: 'jobworker',
+    });
+    const rules = by('PrometheusRule').spec.groups[0].rules as Array<Record<string, any>>;
+    expect(rules.map((r) => r.alert)).toEqual([
+      'JobfleetQueueAgeOverObjective',
+      'JobfleetDeadLetterOverdue',
+      'JobfleetRetryRateHigh',
+      'JobfleetRolloutBlocked',
+      'JobfleetCappedByDownstream',
+      'JobfleetReconcileErrors',
+    ]);
+    expect(rules[0]!.for).toBe('20m');
+    for (const r of rules) expect(r.annotations.runbook_url).toMatch(/docs\/runbook\.md#[a-z-]+$/);
+    // Every runbook anchor exists in docs/runbook.md.
+    const runbook = readFileSync(path.join(repoRoot, 'docs/runbook.md'), 'utf8');
+    const anchors = new Set(
+      [...runbook.matchAll(/^#+ (.+)$/gm)].map((m) =>
+        m[1]!
+          .toLowerCase()
+          .replace(/[^a-z0-9 -]/g, '')
+          .trim()
+          .replace(/ /g, '-'),
+      ),
+    );
+    for (const r of rules)
+      expect(anchors).toContain(String(r.annotations.runbook_url).split('#')[1]);
+    const dash = by('ConfigMap');
+    expect(dash.metadata.labels?.grafana_dashboard).toBe('1');
+    const json = JSON.parse(dash.data['jobfleet.json'] as string) as {
+      panels: Array<{ title: string }>;
+    };
+    expect(json.panels.map((p) => p.title)).toEqual(
+      expect.arrayContaining([
+        'Oldest waiting message vs objective',
+        'Replicas: desired and ready',
+        'What limits the replica count',
+        'Jobs per second by outcome',
+        'Handler latency',
+        'Duplicate suppressions and claim conflicts',
+      ]),
+    );
+  });
+
+  it('its alert rules pass promtool check rules and their unit tests on synthetic series', async () => {
+    const docs = await render('alerts.enabled=true');
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-rules-'));
+    writeFileSync(
+      path.join(dir, 'rules.yaml'),
+      stringify({ groups: docs.find((d) => d.kind === 'PrometheusRule')!.spec.groups }),
+    );
+    copyFileSync(
+      path.join(repoRoot, 'test/fixtures/alerts_test.yaml'),
+      path.join(dir, 'alerts_test.yaml'),
+    );
+    const check = await run('promtool', ['check', 'rules', path.join(dir, 'rules.yaml')]);
+    expect(check.stdout).toContain('SUCCESS: 6 rules found');
+    const test = await run('promtool', ['test', 'rules', path.join(dir, 'alerts_test.yaml')]);
+    expect(test.stdout).toContain('SUCCESS');
+  });
+});
+
+describe('the Helm chart, installed', () => {
+  let ns: Awaited<ReturnType<typeof useKube>>;
+  let admin: KubeClient;
+  let op: Operator | undefined;
+  beforeEach(async () => {
+    ns = await useKube();
+    admin = new KubeClient(ns.kc);
+  });
+  afterEach(async () => {
+    await op?.stop();
+    op = undefined;
+    await ns?.cleanup();
+  });
+
+  it('installs (server-side validation); the operator as its ServiceAccount reconciles the example with exactly the RBAC granted', async () => {
+    const release = `jf-${ns.namespace.slice(-8)}`;
+    const set = [`watchNamespaces={${ns.namespace}}`];
+    await helm(
+      'install',
+      release,
+      CHART,
+      '--namespace',
+      ns.namespace,
+      '--kubeconfig',
+      ns.kubeconfigPath,
+      ...set.flatMap((s) => ['--set', s]),
+    );
+    const fullname = `${release}-jobfleet`;
+    const installed = await admin.get<Doc>('apps/v1', 'Deployment', ns.namespace, fullname);
+    expect(installed.spec.replicas).toBe(2);
+
+    // The chart's ServiceAccount, through a TokenRequest: the operator gets what the chart grants.
+    const tr = await admin.request<{ status: { token: string } }>(
+      'POST',
+      `/api/v1/namespaces/${ns.namespace}/serviceaccounts/${fullname}/token`,
+      {
+        apiVersion: 'authentication.k8s.io/v1',
+        kind: 'TokenRequest',
+        spec: { expirationSeconds: 3600 },
+      },
+    );
+    const cluster = ns.kc.getCurrentCluster()!;
+    const kc = new k8s.KubeConfig();
+    kc.loadFromOptions({
+      clusters: [cluster],
+      users: [{ name: 'sa', token: tr.status.token }],
+      contexts: [{ name: 'sa', cluster: cluster.name, user: 'sa' }],
+      currentContext: 'sa',
+    });
+    const client = new KubeClient(kc);
+    const used = new Set<Triple>();
+    const denied: string[] = [];
+    client.onRequest = (method, p, status) => {
+      for (const t of triplesOfCall(method, p, status)) used.add(t);
+      if (status === 403) denied.push(`${method} ${p}`);
+    };
+
+    for (const [name, url] of [
+      ['rabbitmq', 'amqp://user:pw@127.0.0.1:1/'],
+      ['claims-db', 'postgres://user:pw@127.0.0.1:1/claims'],
+    ] as const)
+      await admin.apply(
+        {
+          apiVersion: 'v1',
+          kind: 'Secret',
+          metadata: { name, namespace: ns.namespace },
+          stringData: { url },
+        },
+        'test',
+      );
+    op = await startOperator({
+      client,
+      namespaces: [ns.namespace],
+      identity: 'chart-op',
+      lease: {
+        namespace: ns.namespace,
+        name: 'jobfleet-operator',
+        leaseDurationSeconds: 4,
+        renewDeadlineSeconds: 3,
+        retryPeriodSeconds: 1,
+      },
+      port: 0,
+      pollMs: 1000,
+      log: pino({ level: process.env.JOBFLEET_TEST_LOG ?? 'silent' }),
+    });
+    const example = parse(
+      readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8'),
+    ) as Doc;
+    const applyJw = (image: string) =>
+      admin.apply(
+        {
+          ...example,
+          metadata: { name: 'invoice-sender', namespace: ns.namespace },
+          spec: { ...example.spec, image },
+        },
+        'test-user',
+      );
+    const jw = () =>
+      admin.get<Doc>('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'invoice-sender');
+    await applyJw(example.spec.image);
+    await eventually('revision 1 rolled out', async () =>
+      (await jw()).status?.currentRevision === '1' ? true : undefined,
+    );
+    // A new revision: the operator watches its pods for automatic rollback.
+    await applyJw(`${example.spec.image}-hotfix`);
+    await eventually('revision 2 rolled out', async () =>
+      (await jw()).status?.currentRevision === '2' ? true : undefined,
+    );
+    await admin.apply(
+      {
+        apiVersion: 'jobfleet.dev/v1alpha1',
+        kind: 'JobReplay',
+        metadata: { name: 'replay', namespace: ns.namespace },
+        spec: {
+          jobWorker: 'invoice-sender',
+          selector: { failureClass: 'permanent' },
+          initiator: 'ops',
+          reason: 'rbac test',
+        },
+      },
+      'test-user',
+    );
+    await eventually('the JobReplay to report', async () => {
+      const r = await admin.get<Doc>('jobfleet.dev/v1alpha1', 'JobReplay', ns.namespace, 'replay');
+      return r.status?.message ? true : undefined;
+    });
+    // Leader election renews (an update) within a couple of retry periods.
+    await eventually('a lease renewal', () =>
+      Promise.resolve(used.has('coordination.k8s.io|leases|update') || undefined),
+    );
+    await op.stop();
+    op = undefined;
+
+    const manifest = parseAllDocuments(
+      (
+        await helm(
+          'get',
+          'manifest',
+          release,
+          '--namespace',
+          ns.namespace,
+          '--kubeconfig',
+          ns.kubeconfigPath,
+        )
+      ).stdout,
+    )
+      .map((d) => d.toJSON() as Doc)
+      .filter(Boolean);
+    const granted = triplesOfRules(
+      manifest
+        .filter((d) => d.kind === 'Role' || d.kind === 'ClusterRole')
+        .flatMap((d) => d.rules as Rule[]),
+    );
+    expect(denied).toEqual([]);
+    expect(compareRbac(granted, used)).toEqual({ missing: [], unused: [] });
+
+    // The comparison bites both ways: a verb taken away, or one granted for nothing.
+    const without = new Set([...granted].filter((t) => t !== 'apps|deployments|patch'));
+    expect(compareRbac(without, used).missing).toEqual(['apps|deployments|patch']);
+    const extra = new Set([...granted, '|secrets|list']);
+    expect(compareRbac(extra, used).unused).toEqual(['|secrets|list']);
+
+    await helm(
+      'uninstall',
+      release,
+      '--namespace',
+      ns.namespace,
+      '--kubeconfig',
+      ns.kubeconfigPath,
+    );
+  });
+});
