@@ -52,7 +52,7 @@ export function triplesOfCall(method: string, path: string, status: number): Tri
             : method === 'DELETE'
               ? [name ? 'delete' : 'deletecollection']
               : [];
-  return verbs.map((v) => `${group}|${res}|${v}`);
+  return verbs.map((v): Triple => `${group}|${res}|${v}`);
 }
 
 export function compareRbac(

@@ -359,7 +359,7 @@ describe('the Helm chart, installed', () => {
     // The comparison bites both ways: a verb taken away, or one granted for nothing.
     const without = new Set([...granted].filter((t) => t !== 'apps|deployments|patch'));
     expect(compareRbac(without, used).missing).toEqual(['apps|deployments|patch']);
-    const extra = new Set([...granted, '|secrets|list']);
+    const extra = new Set<Triple>([...granted, '|secrets|list']);
     expect(compareRbac(extra, used).unused).toEqual(['|secrets|list']);
 
     await helm(
