@@ -4,7 +4,9 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { allCrds } from '../../src/api/crd.js';
-import { parseSpec } from '../../src/api/jobworker.js';
+import { z } from 'zod';
+import { parseReplaySpec } from '../../src/api/jobreplay.js';
+import { jobWorkerSpec, parseSpec } from '../../src/api/jobworker.js';
 import { parse } from 'yaml';
 import { repoRoot } from '../ground/control-plane.js';
 
@@ -42,5 +44,42 @@ describe('the JobWorker CRD', () => {
           expect.stringMatching(/^spec\.broker\.queue: /),
         ]),
       );
+  });
+});
+
+describe('examples/', () => {
+  const load = (f: string) =>
+    parse(readFileSync(path.join(repoRoot, 'examples', f), 'utf8')) as { spec: unknown };
+
+  /** Every property path the schema knows, down to the leaves (maps and arrays end a path). */
+  function paths(schema: Record<string, any>, prefix = ''): string[] {
+    const props = schema.properties as Record<string, Record<string, any>> | undefined;
+    if (!props) return [prefix];
+    return Object.entries(props).flatMap(([k, v]) => paths(v, prefix ? `${prefix}.${k}` : k));
+  }
+  function present(obj: unknown, p: string): boolean {
+    let cur: unknown = obj;
+    for (const k of p.split('.')) {
+      if (cur === null || typeof cur !== 'object' || !(k in cur)) return false;
+      cur = (cur as Record<string, unknown>)[k];
+    }
+    return true;
+  }
+
+  it('jobworker-full.yaml is valid and sets every field the schema has', () => {
+    const full = load('jobworker-full.yaml');
+    const r = parseSpec(full.spec);
+    expect(r.ok).toBe(true);
+    const schema = z.toJSONSchema(jobWorkerSpec, { io: 'input', unrepresentable: 'any' }) as Record<
+      string,
+      any
+    >;
+    const missing = paths(schema).filter((p) => !present(full.spec, p));
+    expect(missing).toEqual([]);
+  });
+
+  it('the demo JobWorker and the JobReplay example are valid', () => {
+    expect(parseSpec(load('demo/jobworker.yaml').spec).ok).toBe(true);
+    expect(parseReplaySpec(load('jobreplay.yaml').spec).ok).toBe(true);
   });
 });
