@@ -24,7 +24,10 @@ export function fleetQueries(
   };
 }
 
-async function instant(baseUrl: string, query: string, timeoutMs: number): Promise<number> {
+type Vector = Array<{ metric?: Record<string, string>; value?: [number, string] }>;
+
+/** An instant query; the vector it returns. */
+async function promQuery(baseUrl: string, query: string, timeoutMs: number): Promise<Vector> {
   const url = `${baseUrl.replace(/\/$/, '')}/api/v1/query?query=${encodeURIComponent(query)}`;
   let res: Response;
   try {
@@ -35,9 +38,13 @@ async function instant(baseUrl: string, query: string, timeoutMs: number): Promi
   }
   if (!res.ok)
     throw new PrometheusError(`Prometheus answered ${res.status} at ${new URL(baseUrl).host}`);
-  const body = (await res.json()) as { data?: { result?: Array<{ value?: [number, string] }> } };
+  const body = (await res.json()) as { data?: { result?: Vector } };
+  return body.data?.result ?? [];
+}
+
+async function instant(baseUrl: string, query: string, timeoutMs: number): Promise<number> {
   // An empty vector (no series yet: nothing throttled, or not scraped yet) is 0.
-  const v = Number(body.data?.result?.[0]?.value?.[1] ?? 0);
+  const v = Number((await promQuery(baseUrl, query, timeoutMs))[0]?.value?.[1] ?? 0);
   return Number.isFinite(v) ? v : 0;
 }
 
@@ -66,20 +73,7 @@ export async function fetchSeenSchemaVersions(
 ): Promise<number[]> {
   const sel = `{namespace=${q(namespace)},jobworker=${q(jobworker)}}`;
   const query = `sum by (version) (increase(jobfleet_schema_version_seen_total${sel}[${window}])) > 0`;
-  const url = `${baseUrl.replace(/\/$/, '')}/api/v1/query?query=${encodeURIComponent(query)}`;
-  let res: Response;
-  try {
-    res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
-  } catch (err) {
-    const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
-    throw new PrometheusError(`Prometheus unreachable at ${new URL(baseUrl).host} (${cause})`);
-  }
-  if (!res.ok)
-    throw new PrometheusError(`Prometheus answered ${res.status} at ${new URL(baseUrl).host}`);
-  const body = (await res.json()) as {
-    data?: { result?: Array<{ metric?: { version?: string } }> };
-  };
-  return (body.data?.result ?? [])
+  return (await promQuery(baseUrl, query, timeoutMs))
     .map((r) => Number(r.metric?.version))
     .filter((v) => Number.isInteger(v) && v > 0);
 }

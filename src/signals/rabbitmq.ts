@@ -50,34 +50,12 @@ export async function fetchQueueStats(
   queue: string,
   timeoutMs = 5000,
 ): Promise<QueueStats> {
-  const u = new URL(mgmtUrl);
-  const auth = `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64')}`;
-  u.username = '';
-  u.password = '';
-  const base = u.toString().replace(/\/$/, '');
-  const where = `${u.host}, queue ${vhost}/${queue}`;
-  let res: Response;
-  try {
-    res = await fetch(
-      `${base}/api/queues/${encodeURIComponent(vhost)}/${encodeURIComponent(queue)}`,
-      {
-        headers: { authorization: auth },
-        signal: AbortSignal.timeout(timeoutMs),
-      },
-    );
-  } catch (err) {
-    const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
-    throw new ManagementApiError(`RabbitMQ management API unreachable at ${where} (${cause})`);
-  }
-  if (res.status === 401)
-    throw new ManagementApiError(
-      `RabbitMQ management API refused the credentials from the Secret (${where})`,
-    );
-  if (res.status === 404)
-    throw new ManagementApiError(`queue not found through the management API (${where})`);
-  if (!res.ok)
-    throw new ManagementApiError(`RabbitMQ management API answered ${res.status} (${where})`);
-  const q = (await res.json()) as ManagementQueue;
+  const q = await managementGet<ManagementQueue>(
+    mgmtUrl,
+    `/api/queues/${encodeURIComponent(vhost)}/${encodeURIComponent(queue)}`,
+    `queue ${vhost}/${queue}`,
+    timeoutMs,
+  );
   return {
     type: q.type ?? 'classic',
     messagesReady: q.messages_ready ?? 0,
@@ -160,25 +138,50 @@ export async function fetchQueuedTotal(
   queue: string,
   timeoutMs = 5000,
 ): Promise<number> {
+  const queues = await managementGet<Array<{ name: string; messages?: number }>>(
+    mgmtUrl,
+    `/api/queues/${encodeURIComponent(vhost)}?columns=name,messages`,
+    `vhost ${vhost}`,
+    timeoutMs,
+  );
+  return queues
+    .filter((q) => q.name === queue || q.name.startsWith(`${queue}.retry.`))
+    .reduce((n, q) => n + (q.messages ?? 0), 0);
+}
+
+/**
+ * GET from the management API. The URL's credentials go into a header (fetch
+ * refuses them in the URL) and never into an error message.
+ */
+async function managementGet<T>(
+  mgmtUrl: string,
+  path: string,
+  what: string,
+  timeoutMs: number,
+): Promise<T> {
   const u = new URL(mgmtUrl);
   const auth = `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64')}`;
   u.username = '';
   u.password = '';
   const base = u.toString().replace(/\/$/, '');
+  const where = `${u.host}, ${what}`;
   let res: Response;
   try {
-    res = await fetch(`${base}/api/queues/${encodeURIComponent(vhost)}?columns=name,messages`, {
+    res = await fetch(`${base}${path}`, {
       headers: { authorization: auth },
       signal: AbortSignal.timeout(timeoutMs),
     });
   } catch (err) {
     const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
-    throw new ManagementApiError(`RabbitMQ management API unreachable at ${u.host} (${cause})`);
+    throw new ManagementApiError(`RabbitMQ management API unreachable at ${where} (${cause})`);
   }
+  if (res.status === 401)
+    throw new ManagementApiError(
+      `RabbitMQ management API refused the credentials from the Secret (${where})`,
+    );
+  if (res.status === 404)
+    throw new ManagementApiError(`not found through the management API (${where})`);
   if (!res.ok)
-    throw new ManagementApiError(`RabbitMQ management API answered ${res.status} (${u.host})`);
-  const queues = (await res.json()) as Array<{ name: string; messages?: number }>;
-  return queues
-    .filter((q) => q.name === queue || q.name.startsWith(`${queue}.retry.`))
-    .reduce((n, q) => n + (q.messages ?? 0), 0);
+    throw new ManagementApiError(`RabbitMQ management API answered ${res.status} (${where})`);
+  return (await res.json()) as T;
 }

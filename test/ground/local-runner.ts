@@ -42,6 +42,8 @@ export interface LocalRunnerOptions {
   env?: Record<string, string>;
   /** passes the processes' stderr through (debugging) */
   inheritStderr?: boolean;
+  /** how long a pod waits before its process starts (an image pull, a slow node); default 0 */
+  startDelayMs?: number;
 }
 
 interface Running {
@@ -73,6 +75,8 @@ export class LocalRunner {
   readonly events: RunnerEvent[] = [];
   readonly nodeName: string;
   private readonly running = new Map<string, Running>();
+  /** pods whose process is about to start (during startDelayMs) */
+  private readonly starting = new Set<string>();
   private informer: Informer | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private prober: NodeJS.Timeout | undefined;
@@ -185,9 +189,14 @@ export class LocalRunner {
       else if (!r) await this.remove(pod);
       return;
     }
-    if (!r && !this.stopped) {
+    if (!r && !this.stopped && !this.starting.has(name)) {
+      this.starting.add(name);
       this.record(pod, name, 'seen');
-      await this.launch(pod, 0);
+      if (this.o.startDelayMs) await new Promise((res) => setTimeout(res, this.o.startDelayMs));
+      const current = this.informer?.cache.get(key) as Pod | undefined;
+      if (current && !current.metadata.deletionTimestamp && !this.stopped)
+        await this.launch(current, 0);
+      this.starting.delete(name);
     }
   }
 

@@ -9,11 +9,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import * as k8s from '@kubernetes/client-node';
-import pino from 'pino';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
-import { startOperator, type Operator } from '../../src/operator.js';
+import type { Operator } from '../../src/operator.js';
+import { testOperator, urlSecrets } from '../fixtures/operator.js';
 import { assetsDir, repoRoot } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
@@ -257,34 +257,11 @@ describe('the Helm chart, installed', () => {
       if (status === 403) denied.push(`${method} ${p}`);
     };
 
-    for (const [name, url] of [
-      ['rabbitmq', 'amqp://user:pw@127.0.0.1:1/'],
-      ['claims-db', 'postgres://user:pw@127.0.0.1:1/claims'],
-    ] as const)
-      await admin.apply(
-        {
-          apiVersion: 'v1',
-          kind: 'Secret',
-          metadata: { name, namespace: ns.namespace },
-          stringData: { url },
-        },
-        'test',
-      );
-    op = await startOperator({
-      client,
-      namespaces: [ns.namespace],
-      identity: 'chart-op',
-      lease: {
-        namespace: ns.namespace,
-        name: 'jobfleet-operator',
-        leaseDurationSeconds: 4,
-        renewDeadlineSeconds: 3,
-        retryPeriodSeconds: 1,
-      },
-      port: 0,
-      pollMs: 1000,
-      log: pino({ level: process.env.JOBFLEET_TEST_LOG ?? 'silent' }),
+    await urlSecrets(admin, ns.namespace, {
+      rabbitmq: 'amqp://user:pw@127.0.0.1:1/',
+      'claims-db': 'postgres://user:pw@127.0.0.1:1/claims',
     });
+    op = await testOperator(client, ns.namespace, { identity: 'chart-op', pollMs: 1000 });
     const example = parse(
       readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8'),
     ) as Doc;

@@ -5,11 +5,11 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import pino from 'pino';
 import { parse } from 'yaml';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
-import { startOperator, type Operator } from '../../src/operator.js';
+import type { Operator } from '../../src/operator.js';
+import { testOperator } from '../fixtures/operator.js';
 import { assetsDir, freePort, repoRoot } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
@@ -24,21 +24,7 @@ let client: KubeClient;
 const operators: Operator[] = [];
 
 async function operator(identity = 'op-1', resyncMs = 60_000): Promise<Operator> {
-  const op = await startOperator({
-    client,
-    namespaces: [ns.namespace],
-    identity,
-    lease: {
-      namespace: ns.namespace,
-      name: 'jobfleet-operator',
-      leaseDurationSeconds: 4,
-      renewDeadlineSeconds: 3,
-      retryPeriodSeconds: 1,
-    },
-    port: 0,
-    resyncMs,
-    log: pino({ level: process.env.JOBFLEET_TEST_LOG ?? 'silent' }),
-  });
+  const op = await testOperator(client, ns.namespace, { identity, resyncMs });
   operators.push(op);
   return op;
 }

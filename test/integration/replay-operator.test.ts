@@ -2,13 +2,13 @@
 // RabbitMQ and PostgreSQL: it reads each JobWorker's dead letters (status,
 // DeadLettersOverdue, the age gauge) and drives a JobReplay resource to
 // completion, writing progress to its status.
-import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
-import { startOperator, type Operator } from '../../src/operator.js';
+import type { Operator } from '../../src/operator.js';
 import { Permanent } from '../../worker/index.js';
 import { jobfleet } from '../fixtures/jobfleet-cli.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
+import { testOperator, urlSecrets } from '../fixtures/operator.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
 import { CONTRACT, QUEUE, harness, type Harness } from './worker-harness.js';
@@ -40,19 +40,7 @@ const condition = (o: { status?: Status }, type: string) =>
   )?.find((c) => c.type === type);
 
 async function setUp(): Promise<void> {
-  for (const [name, url] of [
-    ['rabbitmq', h.rabbit.amqpUrl],
-    ['claims-db', h.db.url],
-  ] as const)
-    await client.apply(
-      {
-        apiVersion: 'v1',
-        kind: 'Secret',
-        metadata: { name, namespace: ns.namespace },
-        stringData: { url },
-      },
-      'test',
-    );
+  await urlSecrets(client, ns.namespace, { rabbitmq: h.rabbit.amqpUrl, 'claims-db': h.db.url });
   await client.apply(
     {
       apiVersion: 'jobfleet.dev/v1alpha1',
@@ -68,22 +56,7 @@ async function setUp(): Promise<void> {
     },
     'test-user',
   );
-  op = await startOperator({
-    client,
-    namespaces: [ns.namespace],
-    identity: 'op-1',
-    lease: {
-      namespace: ns.namespace,
-      name: 'jobfleet-operator',
-      leaseDurationSeconds: 4,
-      renewDeadlineSeconds: 3,
-      retryPeriodSeconds: 1,
-    },
-    port: 0,
-    deadLetterReadMs: 500,
-    replayProgressMs: 100,
-    log: pino({ level: process.env.JOBFLEET_TEST_LOG ?? 'silent' }),
-  });
+  op = await testOperator(client, ns.namespace, { deadLetterReadMs: 500, replayProgressMs: 100 });
 }
 
 async function gauge(name: string): Promise<number | undefined> {

@@ -4,12 +4,12 @@
 // order, automatic rollback on rising age, and resuming after the operator is
 // killed mid-rollback.
 import { spawn, type ChildProcess } from 'node:child_process';
-import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
-import { startOperator, type Operator } from '../../src/operator.js';
+import type { Operator } from '../../src/operator.js';
 import { freePort, repoRoot } from '../ground/control-plane.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
+import { testOperator, urlSecrets } from '../fixtures/operator.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
 import { LocalRunner, RUNNER_POD_TEMPLATE } from '../ground/local-runner.js';
@@ -22,32 +22,25 @@ let runner: LocalRunner;
 let op: Operator | undefined;
 const procs: ChildProcess[] = [];
 
+const runnerOptions = () => ({
+  client,
+  namespace: ns.namespace,
+  nodeName: `runner-${ns.namespace}`.slice(0, 63),
+  command: () => [process.execPath, '--import', 'tsx', 'test/fixtures/effect-worker.ts'],
+  inheritStderr: !!process.env.JOBFLEET_TEST_LOG,
+});
+
 beforeEach(async () => {
   h = await harness();
   ns = await useKube();
   client = new KubeClient(ns.kc);
-  runner = new LocalRunner({
-    client,
-    namespace: ns.namespace,
-    nodeName: `runner-${ns.namespace}`.slice(0, 63),
-    command: () => [process.execPath, '--import', 'tsx', 'test/fixtures/effect-worker.ts'],
-    inheritStderr: !!process.env.JOBFLEET_TEST_LOG,
-  });
+  runner = new LocalRunner(runnerOptions());
   await runner.start();
-  for (const [name, url] of [
-    ['rabbitmq', h.rabbit.amqpUrl],
-    ['rabbitmq-mgmt', h.rabbit.mgmtUrl],
-    ['claims-db', h.db.url],
-  ] as const)
-    await client.apply(
-      {
-        apiVersion: 'v1',
-        kind: 'Secret',
-        metadata: { name, namespace: ns.namespace },
-        stringData: { url },
-      },
-      'test',
-    );
+  await urlSecrets(client, ns.namespace, {
+    rabbitmq: h.rabbit.amqpUrl,
+    'rabbitmq-mgmt': h.rabbit.mgmtUrl,
+    'claims-db': h.db.url,
+  });
 });
 afterEach(async () => {
   for (const p of procs.splice(0)) if (p.exitCode === null) p.kill('SIGKILL');
@@ -126,21 +119,7 @@ const deployedRevision = async () =>
     .template.metadata.labels['jobfleet.dev/revision'] as string;
 
 async function operator(): Promise<void> {
-  op = await startOperator({
-    client,
-    namespaces: [ns.namespace],
-    identity: 'op-1',
-    lease: {
-      namespace: ns.namespace,
-      name: 'jobfleet-operator',
-      leaseDurationSeconds: 4,
-      renewDeadlineSeconds: 3,
-      retryPeriodSeconds: 1,
-    },
-    port: 0,
-    pollMs: 1000,
-    log: pino({ level: process.env.JOBFLEET_TEST_LOG ?? 'silent' }),
-  });
+  op = await testOperator(client, ns.namespace, { pollMs: 1000 });
 }
 
 /** Revision `rev` runs on every replica, ready (the runner's processes answer /readyz). */
@@ -456,6 +435,10 @@ describe('an operator killed mid-rollback', () => {
   }
 
   it('resumes at each step — draining, restoring, verifying — and completes', async () => {
+    // Pods take 3 s to start here: Restoring lasts long enough to kill the operator in it.
+    await runner.stop(2000);
+    runner = new LocalRunner({ ...runnerOptions(), startDelayMs: 3000 });
+    await runner.start();
     let proc = await operatorProcess();
     await apply(spec());
     await rolledOut('1');
