@@ -306,6 +306,7 @@ export class JobWorkerReconciler {
         { apiVersion: API_VERSION, kind: KIND, metadata: { name, namespace }, status },
         'status',
       );
+      faultAfterRolloutStep(status.rollout?.phase);
     }
     if (problems.length) throw new NeedsAttention(problems.map((p) => p.message).join(' '));
     // Deployment changes wake us through its watch; queue age has no watch, so poll it.
@@ -594,4 +595,14 @@ function observeDeployment(d: KubeObject | undefined): DeploymentObservation | u
 /** Status as compared: undefined fields dropped (the server omits them). */
 function normalize(s: object): unknown {
   return JSON.parse(JSON.stringify(s));
+}
+
+/**
+ * Fault injection for the restart test: JOBFLEET_FAULT=after-rollout-step:<step>
+ * SIGKILLs the operator right after it records that rollback step, so the
+ * next operator must resume from status alone. Never set in production.
+ */
+function faultAfterRolloutStep(step: string | undefined): void {
+  if (step && process.env.JOBFLEET_FAULT === `after-rollout-step:${step}`)
+    process.kill(process.pid, 'SIGKILL');
 }

@@ -42,8 +42,6 @@ export interface LocalRunnerOptions {
   env?: Record<string, string>;
   /** passes the processes' stderr through (debugging) */
   inheritStderr?: boolean;
-  /** how long a pod waits before its process starts (an image pull, a slow node); default 0 */
-  startDelayMs?: number;
 }
 
 interface Running {
@@ -75,7 +73,7 @@ export class LocalRunner {
   readonly events: RunnerEvent[] = [];
   readonly nodeName: string;
   private readonly running = new Map<string, Running>();
-  /** pods whose process is about to start (during startDelayMs) */
+  /** pods whose process is being started: a second event for them must not start another */
   private readonly starting = new Set<string>();
   private informer: Informer | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
@@ -192,7 +190,6 @@ export class LocalRunner {
     if (!r && !this.stopped && !this.starting.has(name)) {
       this.starting.add(name);
       this.record(pod, name, 'seen');
-      if (this.o.startDelayMs) await new Promise((res) => setTimeout(res, this.o.startDelayMs));
       const current = this.informer?.cache.get(key) as Pod | undefined;
       if (current && !current.metadata.deletionTimestamp && !this.stopped)
         await this.launch(current, 0);

@@ -22,19 +22,17 @@ let runner: LocalRunner;
 let op: Operator | undefined;
 const procs: ChildProcess[] = [];
 
-const runnerOptions = () => ({
-  client,
-  namespace: ns.namespace,
-  nodeName: `runner-${ns.namespace}`.slice(0, 63),
-  command: () => [process.execPath, '--import', 'tsx', 'test/fixtures/effect-worker.ts'],
-  inheritStderr: !!process.env.JOBFLEET_TEST_LOG,
-});
-
 beforeEach(async () => {
   h = await harness();
   ns = await useKube();
   client = new KubeClient(ns.kc);
-  runner = new LocalRunner(runnerOptions());
+  runner = new LocalRunner({
+    client,
+    namespace: ns.namespace,
+    nodeName: `runner-${ns.namespace}`.slice(0, 63),
+    command: () => [process.execPath, '--import', 'tsx', 'test/fixtures/effect-worker.ts'],
+    inheritStderr: !!process.env.JOBFLEET_TEST_LOG,
+  });
   await runner.start();
   await urlSecrets(client, ns.namespace, {
     rabbitmq: h.rabbit.amqpUrl,
@@ -414,7 +412,8 @@ describe('kubectl jobworker', () => {
 });
 
 describe('an operator killed mid-rollback', () => {
-  async function operatorProcess(): Promise<ChildProcess> {
+  /** `src/main.ts` in its own process; `fault` makes it SIGKILL itself right after recording that step. */
+  async function operatorProcess(fault?: string): Promise<ChildProcess> {
     const port = await freePort();
     const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
       cwd: repoRoot,
@@ -427,59 +426,43 @@ describe('an operator killed mid-rollback', () => {
         JOBFLEET_OPERATOR_PORT: String(port),
         JOBFLEET_LEASE_DURATION_SECONDS: '4',
         LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'silent',
+        ...(fault ? { JOBFLEET_FAULT: `after-rollout-step:${fault}` } : {}),
       },
       stdio: 'inherit',
     });
     procs.push(proc);
     return proc;
   }
+  const exited = (p: ChildProcess) =>
+    new Promise<NodeJS.Signals | null>((r) =>
+      p.exitCode !== null || p.signalCode !== null
+        ? r(p.signalCode)
+        : p.once('exit', (_c, sig) => r(sig)),
+    );
 
   it('resumes at each step — draining, restoring, verifying — and completes', async () => {
-    // Pods take 3 s to start here: Restoring lasts long enough to kill the operator in it.
-    await runner.stop(2000);
-    runner = new LocalRunner({ ...runnerOptions(), startDelayMs: 3000 });
-    await runner.start();
-    let proc = await operatorProcess();
+    let proc = await operatorProcess('Draining');
     await apply(spec());
     await rolledOut('1');
     await apply(spec({ image: 'registry.example.com/shipping/worker:2' }));
     await rolledOut('2');
-    // A job that outlives the drain deadline keeps Draining long enough to kill the operator in it,
-    // and a backlog published while nothing consumes keeps Verifying until age falls.
+    // A job that outlives the drain deadline is in flight when the rollback begins.
     await h.job('k-long', { payload: { orderId: 'k-long', ms: 9000 } });
     await eventually('the long job running', async () =>
       (await h.effects()) === 1 ? true : undefined,
     );
     await apply(spec());
     const killedIn: string[] = [];
-    for (const step of ['Draining', 'Restoring', 'Verifying']) {
-      const seen = await eventually(
-        `step ${step} (or past it)`,
-        async () => {
-          const jw = await getJw();
-          const p = jw.status?.rollout?.phase as string | undefined;
-          if (step === 'Draining' && p === 'Draining') {
-            // ~15 s of work for the restored fleet (16 at a time): the queue is not empty yet
-            // when verification starts, so age stays up — and Verifying lasts — until it is.
-            for (let i = 0; i < 60; i++)
-              await h.job(`k-backlog-${i}`, { payload: { orderId: `k-backlog-${i}`, ms: 4000 } });
-          }
-          const order = ['Draining', 'Restoring', 'Verifying'];
-          if (p === step) return 'at';
-          if (!p) return jw.status?.lastRollback ? 'past' : undefined; // not started yet, or over
-          if (order.indexOf(p) > order.indexOf(step)) return 'past';
-          return undefined;
-        },
-        90_000,
-        50,
-      );
-      if (seen === 'past') continue;
-      proc.kill('SIGKILL');
+    for (const [step, next] of [
+      ['Draining', 'Restoring'],
+      ['Restoring', 'Verifying'],
+      ['Verifying', undefined],
+    ] as const) {
+      // The operator records the step, then dies; the step is what the next one finds.
+      expect(await exited(proc)).toBe('SIGKILL');
+      expect((await getJw()).status?.rollout?.phase).toBe(step);
       killedIn.push(step);
-      await new Promise<void>((r) =>
-        proc.exitCode !== null || proc.signalCode !== null ? r() : proc.once('exit', () => r()),
-      );
-      proc = await operatorProcess();
+      proc = await operatorProcess(next);
     }
     const done = await eventually(
       'RollbackComplete after the restarts',
@@ -489,7 +472,6 @@ describe('an operator killed mid-rollback', () => {
       },
       120_000,
     );
-    console.log(`operator killed in: ${killedIn.join(', ')}`);
     expect(killedIn).toEqual(['Draining', 'Restoring', 'Verifying']);
     expect(done.status?.lastRollback).toMatchObject({ from: '2', to: '1', result: 'Complete' });
     expect(await deployedRevision()).toBe('1');
@@ -504,5 +486,9 @@ describe('an operator killed mid-rollback', () => {
         .map((e) => e.at),
     );
     expect(lastOld).toBeLessThan(firstNew);
+    // The long job came back unacked and ran once more, to completion.
+    await eventually('k-long completed', async () =>
+      (await h.claim('order:k-long:ship'))?.state === 'completed' ? true : undefined,
+    );
   });
 });
