@@ -18,6 +18,8 @@ export interface OperatorBench {
   steadySeconds: number;
   resyncSeconds: number;
   steadyWrites: number;
+  /** steady-state writes by kind (empty when there were none) */
+  steadyByKind: Record<string, number>;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -28,13 +30,18 @@ function peakRssMiB(pid: number): number {
   return kb / 1024;
 }
 
-async function writes(port: number): Promise<number> {
+/** API writes so far, by kind (the operator's jobfleet_api_writes_total). */
+async function writesByKind(port: number): Promise<Record<string, number>> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  return text
-    .split('\n')
-    .filter((l) => l.startsWith('jobfleet_api_writes_total'))
-    .reduce((s, l) => s + Number(l.split(' ').at(-1)), 0);
+  const out: Record<string, number> = {};
+  for (const l of text.split('\n').filter((x) => x.startsWith('jobfleet_api_writes_total{'))) {
+    const kind = /kind="([^"]+)"/.exec(l)?.[1] ?? '?';
+    out[kind] = (out[kind] ?? 0) + Number(l.split(' ').at(-1));
+  }
+  return out;
 }
+
+const total = (w: Record<string, number>) => Object.values(w).reduce((a, b) => a + b, 0);
 
 export async function runOperatorBench(opts: {
   count: number;
@@ -110,14 +117,21 @@ export async function runOperatorBench(opts: {
     const convergeSeconds = (performance.now() - t0) / 1000;
     // Let the last status writes and Deployment events settle, then watch a steady state.
     await sleep(5000);
-    const settled = await writes(port);
+    const settled = await writesByKind(port);
     await sleep(opts.steadySeconds * 1000);
-    const steadyWrites = (await writes(port)) - settled;
+    const after = await writesByKind(port);
+    const steadyByKind = Object.fromEntries(
+      Object.entries(after)
+        .map(([k, v]) => [k, v - (settled[k] ?? 0)] as const)
+        .filter(([, v]) => v > 0),
+    );
+    const steadyWrites = total(after) - total(settled);
     return {
       count: opts.count,
       convergeSeconds,
       peakRssMiB: peakRssMiB(operator.pid as number),
-      writesPerJobWorker: settled / opts.count,
+      writesPerJobWorker: total(settled) / opts.count,
+      steadyByKind,
       steadySeconds: opts.steadySeconds,
       resyncSeconds: opts.resyncSeconds,
       steadyWrites,

@@ -100,6 +100,11 @@ const LIMITS: readonly LimitedBy[] = [
   'signalMissing',
 ];
 
+interface DeadLetterRead {
+  stats?: DeadLetterStats;
+  error?: string;
+}
+
 /** How long a reconcile waits for a quarantine read before going on with the last one. */
 const DEAD_LETTER_READ_WAIT_MS = 2000;
 
@@ -119,11 +124,8 @@ export class JobWorkerReconciler {
   private readonly verified = new Map<string, { hash: string; rv: string; at: number }>();
   /** per JobWorker: the scaler's window and AIMD cap, and the queue-age estimate's memory */
   private readonly scaling = new Map<string, { scaling: ScalingState; age: AgeMemory }>();
-  /** per JobWorker: the last quarantine read (or its error) and a read in flight */
-  private readonly deadLetterReads = new Map<
-    string,
-    { at: number; stats?: DeadLetterStats; error?: string; inflight?: Promise<void> }
-  >();
+  /** per JobWorker: the last quarantine read (its stats, or the error and the stats before it) */
+  private readonly deadLetterReads = new Map<string, DeadLetterRead>();
   private readonly now: () => Date;
   private readonly pollMs: number;
   private readonly deadLetterReadMs: number;
@@ -505,9 +507,10 @@ export class JobWorkerReconciler {
   }
 
   /**
-   * The last quarantine read for this JobWorker, refreshed every 30 s. A slow
-   * database holds the reconcile for at most 2 s; the read finishes in the
-   * background and the next reconcile sees it.
+   * The quarantine of this JobWorker's queue, from a snapshot of its claims
+   * database at most deadLetterReadMs old (one query per database, shared by
+   * its JobWorkers). A slow database holds the reconcile for at most 2 s; the
+   * read finishes in the background and the next reconcile sees it.
    */
   private async observeDeadLetters(
     namespace: string,
@@ -518,35 +521,28 @@ export class JobWorkerReconciler {
     const claimsUrl = secrets.get('spec.claims.urlSecretRef');
     if (!claimsUrl || !this.d.deadLetters) return undefined;
     const key = `${namespace}/${name}`;
-    const reader = this.d.deadLetters;
-    const entry = this.deadLetterReads.get(key) ?? { at: 0 };
-    this.deadLetterReads.set(key, entry);
-    const nowMs = this.now().getTime();
-    if (!entry.inflight && nowMs - entry.at >= this.deadLetterReadMs) {
-      const read = reader.read(claimsUrl, spec.broker.queue).then(
-        (stats) => {
-          Object.assign(entry, { stats, error: undefined, at: this.now().getTime() });
-          this.d.metrics.setDeadLetters(namespace, name, stats, spec.deadLetter.maxAgeSeconds);
-        },
-        (err: Error) => {
-          Object.assign(entry, { error: err.message, at: this.now().getTime() });
-        },
-      );
-      entry.inflight = read.finally(() => {
-        entry.inflight = undefined;
-      });
-    }
-    if (entry.inflight)
-      await Promise.race([
-        entry.inflight,
-        new Promise((r) => setTimeout(r, DEAD_LETTER_READ_WAIT_MS)),
-      ]);
+    const read = this.d.deadLetters.read(claimsUrl, spec.broker.queue, this.deadLetterReadMs).then(
+      (stats): DeadLetterRead => {
+        this.d.metrics.setDeadLetters(namespace, name, stats, spec.deadLetter.maxAgeSeconds);
+        return { stats };
+      },
+      (err: Error): DeadLetterRead => ({
+        stats: this.deadLetterReads.get(key)?.stats,
+        error: err.message,
+      }),
+    );
+    void read.then((r) => this.deadLetterReads.set(key, r));
+    const r =
+      (await Promise.race([
+        read,
+        new Promise<undefined>((res) => setTimeout(() => res(undefined), DEAD_LETTER_READ_WAIT_MS)),
+      ])) ?? this.deadLetterReads.get(key);
     return {
       owner: spec.deadLetter.owner,
       maxAgeSeconds: spec.deadLetter.maxAgeSeconds,
       queue: spec.broker.queue,
-      stats: entry.stats,
-      error: entry.error,
+      stats: r?.stats,
+      error: r?.error,
     };
   }
 
