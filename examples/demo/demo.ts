@@ -177,7 +177,7 @@ async function main(): Promise<number> {
               ? `rollback step 1, Draining: revision ${r.from} stops consuming, deadline ${r.drainDeadline}`
               : step === 'Restoring'
                 ? `rollback step 2→3, Restoring revision ${r.to} (drain ended: ${r.drainEndedBy})`
-                : `rollback step 4, Verifying that queue age falls (${Math.round(r.ageAtRestore ?? 0)} s at restore)`,
+                : `rollback step 4, Verifying that queue age falls (${r.ageAtRestore ?? 0} s at restore)`,
           );
           lastStep = step;
         }

@@ -311,7 +311,7 @@ export const jobWorkerStatus = z.object({
       drainDeadline: z.string(),
       drainEndedAt: z.string().optional(),
       drainEndedBy: z.enum(['PodsGone', 'Deadline']).optional(),
-      ageAtRestore: z.number().optional(),
+      ageAtRestore: z.number().int().optional().describe('Whole seconds, as status integers are'),
       verifyUntil: z.string().optional(),
     })
     .optional()

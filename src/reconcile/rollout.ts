@@ -223,7 +223,7 @@ export function rollbackStep(i: StepInput): StepOutput {
       ...s,
       phase: 'Verifying',
       stepStartedAt: iso(now),
-      ...(i.ageSeconds !== undefined ? { ageAtRestore: i.ageSeconds } : {}),
+      ...(i.ageSeconds !== undefined ? { ageAtRestore: Math.round(i.ageSeconds) } : {}),
       verifyUntil: iso(new Date(now.getTime() + i.verifySeconds * 1000)),
     };
     return {
