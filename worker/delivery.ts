@@ -437,7 +437,8 @@ async function publishDelayed(
   });
 }
 
-function copyProps(p: MessageProperties): Partial<MessageProperties> {
+/** The properties a copy of a message keeps (retry, dead letter, replay). */
+export function copyProps(p: MessageProperties): Partial<MessageProperties> {
   // amqplib types these properties as `any`.
   const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
   return {

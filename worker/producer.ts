@@ -3,7 +3,7 @@
 // head-message age reads it), JSON body, persistent, and a publisher confirm
 // before it resolves.
 import { randomUUID } from 'node:crypto';
-import type { ConfirmChannel } from 'amqplib';
+import type { ConfirmChannel, Options } from 'amqplib';
 import { renderKey } from './contract.js';
 
 /** AMQP headers the runtime reads and writes. */
@@ -61,19 +61,32 @@ export async function publish<P>(
       createdAt: new Date(at).toISOString(),
     }),
   );
-  await new Promise<void>((resolve, reject) => {
-    channel.sendToQueue(
-      queue,
-      body,
-      {
-        messageId: id,
-        timestamp: Math.floor(at / 1000),
-        contentType: 'application/json',
-        persistent: true,
-        headers: { [HEADERS.attempt]: 0 },
-      },
-      (err) => (err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve()),
-    );
+  await sendConfirmed(channel, queue, body, {
+    messageId: id,
+    timestamp: Math.floor(at / 1000),
+    contentType: 'application/json',
+    persistent: true,
+    headers: { [HEADERS.attempt]: 0 },
   });
   return { id, key };
+}
+
+/**
+ * Sends with a publisher confirm: resolves once the broker has the message;
+ * rejects when it refuses it or the channel is already gone.
+ */
+export function sendConfirmed(
+  channel: ConfirmChannel,
+  queue: string,
+  body: Buffer,
+  props: Options.Publish,
+): Promise<void> {
+  const fail = (err: unknown) => (err instanceof Error ? err : new Error(String(err)));
+  return new Promise<void>((resolve, reject) => {
+    try {
+      channel.sendToQueue(queue, body, props, (err) => (err ? reject(fail(err)) : resolve()));
+    } catch (err) {
+      reject(fail(err));
+    }
+  });
 }

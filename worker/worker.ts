@@ -24,6 +24,7 @@ import { compactReason } from './envelope.js';
 import { ConfigError, loadConfig, type WorkerConfig, type WorkerConfigInput } from './config.js';
 import { startHealthServer, type HealthServer } from './health-server.js';
 import { workerMetrics, type WorkerMetrics } from './metrics.js';
+import { sendConfirmed } from './producer.js';
 import { topology, type QueueDecl, type Topology } from './topology.js';
 
 export interface WorkerOptions {
@@ -362,16 +363,7 @@ class QueueWorker implements Worker {
       claimed: (key, owner) => {
         entry.claim = { key, owner };
       },
-      publish: (queue, content, props) =>
-        new Promise<void>((resolve, reject) => {
-          try {
-            ch.sendToQueue(queue, content, props, (err) =>
-              err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve(),
-            );
-          } catch (err) {
-            reject(err instanceof Error ? err : new Error(String(err)));
-          }
-        }),
+      publish: (queue, content, props) => sendConfirmed(ch, queue, content, props),
       ack: (msg, journal) =>
         safe('ack', () => {
           ch.ack(msg);

@@ -8,9 +8,9 @@
 // or a spare DLQ copy (harmless: `verify` checks the DLQ holds at least its
 // entries).
 import { createHash } from 'node:crypto';
-import type { ConfirmChannel, GetMessage, MessageProperties } from 'amqplib';
-import { HEADERS } from '../../worker/producer.js';
-import { deliveryIdOf } from '../../worker/delivery.js';
+import type { ConfirmChannel, GetMessage } from 'amqplib';
+import { copyProps, deliveryIdOf } from '../../worker/delivery.js';
+import { HEADERS, sendConfirmed } from '../../worker/producer.js';
 import type { DeadLetterRow, DeadLetterStore, ReplayCounts, Selector } from './store.js';
 import { RateLimiter } from './rate-limiter.js';
 
@@ -98,33 +98,13 @@ export function editBody(original: Buffer, payload: unknown): Buffer {
   return Buffer.from(JSON.stringify({ ...env, payload }));
 }
 
-function publishConfirmed(
-  ch: ConfirmChannel,
-  queue: string,
-  body: Buffer,
-  props: Partial<MessageProperties>,
-): Promise<void> {
-  return new Promise((resolve, reject) =>
-    ch.sendToQueue(queue, body, props, (err) =>
-      err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve(),
-    ),
-  );
-}
-
-const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
-
 /** Back at the tail, unchanged. */
 async function putBack(ch: ConfirmChannel, dlq: string, m: GetMessage): Promise<void> {
   const p = m.properties;
-  await publishConfirmed(ch, dlq, m.content, {
-    messageId: str(p.messageId),
-    contentType: str(p.contentType),
-    correlationId: str(p.correlationId),
-    type: str(p.type),
-    appId: str(p.appId),
+  await sendConfirmed(ch, dlq, m.content, {
+    ...copyProps(p),
     timestamp: p.timestamp as number | undefined,
     headers: p.headers,
-    deliveryMode: 2,
   });
 }
 
@@ -261,12 +241,10 @@ async function pass(
       HEADERS.notBefore,
     ])
       delete headers[h];
-    await publishConfirmed(ch, row.queue, body, {
+    await sendConfirmed(ch, row.queue, body, {
+      ...copyProps(props),
       messageId: deliveryId,
-      contentType: str(props.contentType) ?? 'application/json',
-      type: str(props.type),
       timestamp: Math.floor(d.now() / 1000),
-      deliveryMode: 2,
       headers: {
         ...headers,
         [HEADERS.attempt]: 0,

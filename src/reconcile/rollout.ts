@@ -239,50 +239,54 @@ export function rollbackStep(i: StepInput): StepOutput {
   const falling =
     age !== undefined &&
     (age <= i.objectiveSeconds || (s.ageAtRestore !== undefined && age < s.ageAtRestore));
-  if (age === undefined || falling) {
-    const message =
+  if (age === undefined || falling)
+    return finish(
+      s,
+      now,
+      'Complete',
       age === undefined
         ? `Rolled back from revision ${s.from} to ${s.to}; queue age not verified (no queue signal).`
-        : `Rolled back from revision ${s.from} to ${s.to}; queue age ${s.ageAtRestore !== undefined ? `went from ${Math.round(s.ageAtRestore)} s to ` : 'is '}${Math.round(age)} s (objective ${i.objectiveSeconds} s).`;
-    return {
-      deploy: { revision: s.to, scaleToZero: false },
-      state: undefined,
-      finished: {
-        from: s.from,
-        to: s.to,
-        trigger: s.trigger,
-        result: 'Complete',
-        ...(s.drainEndedBy ? { drainEndedBy: s.drainEndedBy } : {}),
-        message,
-        finishedAt: iso(now),
-      },
-      conditions: [],
-      event: { type: 'Normal', reason: 'RollbackComplete', message },
-    };
-  }
-  if (now.getTime() >= Date.parse(s.verifyUntil ?? s.stepStartedAt)) {
-    const message = `Rolled back from revision ${s.from} to ${s.to}, but queue age did not fall within ${i.verifySeconds} s: ${s.ageAtRestore !== undefined ? `${Math.round(s.ageAtRestore)} s at restore, ` : ''}${Math.round(age)} s now (objective ${i.objectiveSeconds} s). Look at the downstream and at revision ${s.to}'s workers.`;
-    return {
-      deploy: { revision: s.to, scaleToZero: false },
-      state: undefined,
-      finished: {
-        from: s.from,
-        to: s.to,
-        trigger: s.trigger,
-        result: 'NotRecovering',
-        ...(s.drainEndedBy ? { drainEndedBy: s.drainEndedBy } : {}),
-        message,
-        finishedAt: iso(now),
-      },
-      conditions: [],
-      event: { type: 'Warning', reason: 'RollbackNotRecovering', message },
-    };
-  }
+        : `Rolled back from revision ${s.from} to ${s.to}; queue age ${s.ageAtRestore !== undefined ? `went from ${Math.round(s.ageAtRestore)} s to ` : 'is '}${Math.round(age)} s (objective ${i.objectiveSeconds} s).`,
+    );
+  if (now.getTime() >= Date.parse(s.verifyUntil ?? s.stepStartedAt))
+    return finish(
+      s,
+      now,
+      'NotRecovering',
+      `Rolled back from revision ${s.from} to ${s.to}, but queue age did not fall within ${i.verifySeconds} s: ${s.ageAtRestore !== undefined ? `${Math.round(s.ageAtRestore)} s at restore, ` : ''}${Math.round(age)} s now (objective ${i.objectiveSeconds} s). Look at the downstream and at revision ${s.to}'s workers.`,
+    );
   return {
     deploy: { revision: s.to, scaleToZero: false },
     state: s,
     conditions: [],
     requeueMs: 2000,
+  };
+}
+
+/** The rollback's last step: the restored revision stays, and the outcome is recorded. */
+function finish(
+  s: RolloutState,
+  now: Date,
+  result: LastRollback['result'],
+  message: string,
+): StepOutput {
+  return {
+    deploy: { revision: s.to, scaleToZero: false },
+    state: undefined,
+    finished: {
+      from: s.from,
+      to: s.to,
+      trigger: s.trigger,
+      result,
+      ...(s.drainEndedBy ? { drainEndedBy: s.drainEndedBy } : {}),
+      message,
+      finishedAt: iso(now),
+    },
+    conditions: [],
+    event:
+      result === 'Complete'
+        ? { type: 'Normal', reason: 'RollbackComplete', message }
+        : { type: 'Warning', reason: 'RollbackNotRecovering', message },
   };
 }
 

@@ -1,7 +1,7 @@
 // The JobWorker controller against the real kube-apiserver (with the
 // controller manager, scheduler and kwok from the test ground): what a user
 // sees after `kubectl apply -f examples/jobworker.yaml`.
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -9,8 +9,8 @@ import { parse } from 'yaml';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
-import { testOperator } from '../fixtures/operator.js';
-import { assetsDir, freePort, repoRoot } from '../ground/control-plane.js';
+import { operatorProcess as spawnOperator, testOperator } from '../fixtures/operator.js';
+import { assetsDir, repoRoot } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
 
@@ -318,30 +318,10 @@ describe('operator processes', () => {
     for (const p of procs.splice(0)) if (p.exitCode === null) p.kill('SIGKILL');
   });
 
-  /** The operator as users run it: `src/main.ts` in its own process, watching the test namespace. */
   async function operatorProcess(identity: string): Promise<{ proc: ChildProcess; port: number }> {
-    const port = await freePort();
-    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-      cwd: repoRoot,
-      env: {
-        ...process.env,
-        KUBECONFIG: ns.kubeconfigPath,
-        JOBFLEET_WATCH_NAMESPACES: ns.namespace,
-        POD_NAMESPACE: ns.namespace,
-        POD_NAME: identity,
-        JOBFLEET_OPERATOR_PORT: String(port),
-        JOBFLEET_LEASE_DURATION_SECONDS: '4',
-        LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'silent',
-      },
-      stdio: 'inherit',
-    });
-    procs.push(proc);
-    await eventually(
-      `${identity} to serve /healthz`,
-      async () => ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok ? true : undefined),
-      30_000,
-    );
-    return { proc, port };
+    const op = await spawnOperator(ns, identity);
+    procs.push(op.proc);
+    return op;
   }
 
   const scrape = async (port: number) => {

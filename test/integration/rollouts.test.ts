@@ -3,13 +3,16 @@
 // RabbitMQ and PostgreSQL: the compatibility gate, the drain-first rollback
 // order, automatic rollback on rising age, and resuming after the operator is
 // killed mid-rollback.
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
-import { freePort, repoRoot } from '../ground/control-plane.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
-import { testOperator, urlSecrets } from '../fixtures/operator.js';
+import {
+  operatorProcess as spawnOperator,
+  testOperator,
+  urlSecrets,
+} from '../fixtures/operator.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
 import { LocalRunner, RUNNER_POD_TEMPLATE } from '../ground/local-runner.js';
@@ -414,22 +417,11 @@ describe('kubectl jobworker', () => {
 describe('an operator killed mid-rollback', () => {
   /** `src/main.ts` in its own process; `fault` makes it SIGKILL itself right after recording that step. */
   async function operatorProcess(fault?: string): Promise<ChildProcess> {
-    const port = await freePort();
-    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-      cwd: repoRoot,
-      env: {
-        ...process.env,
-        KUBECONFIG: ns.kubeconfigPath,
-        JOBFLEET_WATCH_NAMESPACES: ns.namespace,
-        POD_NAMESPACE: ns.namespace,
-        POD_NAME: `op-${procs.length}`,
-        JOBFLEET_OPERATOR_PORT: String(port),
-        JOBFLEET_LEASE_DURATION_SECONDS: '4',
-        LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'silent',
-        ...(fault ? { JOBFLEET_FAULT: `after-rollout-step:${fault}` } : {}),
-      },
-      stdio: 'inherit',
-    });
+    const { proc } = await spawnOperator(
+      ns,
+      `op-${procs.length}`,
+      fault ? { JOBFLEET_FAULT: `after-rollout-step:${fault}` } : {},
+    );
     procs.push(proc);
     return proc;
   }
