@@ -1,6 +1,8 @@
-# The operator image. Multi-stage: compile with the dev toolchain, ship only
-# the compiled code, production dependencies and the CRDs; run as non-root.
+# The images: the operator (the default target) and the example worker.
+# Multi-stage: compile with the dev toolchain, ship only the compiled code and
+# production dependencies; run as non-root.
 #   docker build -t ghcr.io/jobfleet/operator:0.1.0 .
+#   docker build --target example-worker -t registry.example.com/shipping/order-worker:1.0.0 .
 FROM node:24-bookworm-slim AS build
 WORKDIR /src
 COPY package.json package-lock.json ./
@@ -11,14 +13,22 @@ COPY worker ./worker
 COPY examples/worker ./examples/worker
 RUN npx tsc -p tsconfig.build.json && npm prune --omit=dev
 
-FROM node:24-bookworm-slim
+FROM node:24-bookworm-slim AS runtime
 ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build /src/package.json ./
 COPY --from=build /src/node_modules ./node_modules
 COPY --from=build /src/dist ./dist
-COPY crds ./crds
 # the image's "node" user; the chart's securityContext also requires non-root
 USER 1000:1000
+
+# examples/worker/worker.ts on jobfleet/worker: what a team's worker image looks like
+FROM runtime AS example-worker
+# /metrics, /healthz, /readyz (JOBFLEET_METRICS_PORT)
+EXPOSE 9464
+ENTRYPOINT ["node", "dist/examples/worker/worker.js"]
+
+FROM runtime AS operator
+COPY crds ./crds
 EXPOSE 8080
 ENTRYPOINT ["node", "dist/src/main.js"]
