@@ -32,7 +32,7 @@ function stages(): Array<{ name: string; from: string; lines: string[] }> {
 function target(name: string) {
   const all = stages();
   const chain: typeof all = [];
-  for (let s = all.find((x) => x.name === name); s; s = all.find((x) => x.name === s!.from))
+  for (let s = all.find((x) => x.name === name); s; s = all.find((x) => x.name === s.from))
     chain.unshift(s);
   const lines = chain.flatMap((s) => s.lines);
   const entry = lines.findLast((l) => l.startsWith('ENTRYPOINT '));
