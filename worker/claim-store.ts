@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
 import { LOCK_ID, MIGRATIONS, SQL } from './claims-sql.js';
+import { storableJson } from './storable.js';
 
 export type ClaimOutcome =
   | {
@@ -180,7 +181,7 @@ export class ClaimStore {
     result: unknown,
     client: pg.ClientBase | pg.Pool = this.pool,
   ): Promise<boolean> {
-    const r = await client.query(named('complete', [key, owner, JSON.stringify(result ?? null)]));
+    const r = await client.query(named('complete', [key, owner, storableJson(result)]));
     return (r.rowCount ?? 0) === 1;
   }
 

@@ -9,10 +9,12 @@ import type { ConsumeMessage, MessageProperties } from 'amqplib';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { retryDelayMs, tierFor } from './backoff.js';
-import type { AckEntry, ClaimStore } from './claim-store.js';
+import type { AckEntry, ClaimStore, DeadLetterRecord } from './claim-store.js';
 import type { Contract } from './contract.js';
 import { compactReason, decodeDelivery, type Envelope, type FailureClass } from './envelope.js';
-import { Permanent, Throttled } from './errors.js';
+import { MAX_RETRY_AFTER_MS, Permanent, Throttled } from './errors.js';
+import { isInt32, storable } from './storable.js';
+import { isConnectionError, isMessageDataError, isStoreError } from './store-errors.js';
 import type { WorkerMetrics } from './metrics.js';
 import { HEADERS } from './producer.js';
 
@@ -87,18 +89,28 @@ const numberHeader = (msg: ConsumeMessage, name: string): number | undefined => 
   return Number.isFinite(n) ? n : undefined;
 };
 
+/** An attempt count from a header; anything a producer forged out of range reads as absent. */
+const attemptHeader = (msg: ConsumeMessage): number | undefined => {
+  const n = numberHeader(msg, HEADERS.attempt);
+  return isInt32(n) && n >= 0 ? n : undefined;
+};
+
+/** A time header (ms since the epoch) within the range a worker writes, else absent. */
+const timeHeader = (msg: ConsumeMessage, name: string, now: number): number | undefined => {
+  const n = numberHeader(msg, name);
+  return n !== undefined && n > 946_684_800_000 && n < now + 2 * MAX_RETRY_AFTER_MS ? n : undefined;
+};
+
 /** The broker message id, else the job id, else the body's hash: what ties a dead letter to its ack. */
 export function deliveryIdOf(
   msg: Pick<ConsumeMessage, 'properties' | 'content'>,
   env: Partial<Envelope>,
   payloadHash?: string,
 ): string {
-  const id = msg.properties.messageId as string | undefined;
-  return (
-    id ??
-    env.id ??
-    `sha256:${payloadHash ?? createHash('sha256').update(msg.content).digest('hex')}`
-  );
+  const id: unknown = msg.properties.messageId;
+  return typeof id === 'string' && id !== ''
+    ? storable(id, 1000)
+    : (env.id ?? `sha256:${payloadHash ?? createHash('sha256').update(msg.content).digest('hex')}`);
 }
 
 function journal(
@@ -120,8 +132,11 @@ export async function handleDelivery(
   try {
     return await step(msg, d);
   } catch (err) {
-    // Whatever went wrong (claim store down, broker refused a confirm), the
-    // delivery has no terminal record: give it back, unacked.
+    // A value PostgreSQL refuses (a data error) is the message's fault, not
+    // the store's: retrying cannot fix it, so it ends as a dead letter.
+    if (isMessageDataError(err)) return lastResortDeadLetter(msg, d, err);
+    // Whatever else went wrong (claim store down, broker refused a confirm),
+    // the delivery has no terminal record: give it back, unacked.
     if (err instanceof StoreUnavailable || isStoreError(err)) d.storeDown(err);
     d.log.warn(
       { err: compactReason(String((err as Error)?.message ?? err)) },
@@ -132,17 +147,29 @@ export async function handleDelivery(
   }
 }
 
-function isStoreError(err: unknown): boolean {
-  // pg errors carry a SQLSTATE `code`; connection failures are plain Errors from pg's pool.
-  const e = err as { code?: unknown; message?: unknown } | undefined;
-  if (!e) return false;
-  if (typeof e.code === 'string' && /^(08|57|53|XX)/.test(e.code)) return true;
-  return (
-    typeof e.message === 'string' &&
-    /(ECONNREFUSED|ECONNRESET|terminat|not queryable|Connection terminated|timeout exceeded when trying to connect|connect ETIMEDOUT)/i.test(
-      e.message,
-    )
-  );
+/**
+ * The guard behind every other check: a data error that escaped the envelope
+ * check still ends as a dead letter (with a sanitized record), never a loop.
+ */
+async function lastResortDeadLetter(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  err: unknown,
+): Promise<DeliveryResult> {
+  try {
+    return await deadLetter(msg, d, {
+      envelope: {},
+      failureClass: 'invalid_envelope',
+      reason: `the claim store cannot hold a value of this message: ${String((err as Error).message)}`,
+      attempts: attemptHeader(msg) ?? 0,
+      claimOwner: null,
+      firstSeenAt: null,
+    });
+  } catch (again) {
+    if (again instanceof StoreUnavailable || isStoreError(again)) d.storeDown(again);
+    d.requeue(msg);
+    return 'requeued';
+  }
 }
 
 async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResult> {
@@ -163,7 +190,7 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResul
       envelope: decoded.partial ?? {},
       failureClass: decoded.failureClass,
       reason: decoded.reason,
-      attempts: numberHeader(msg, HEADERS.attempt) ?? 0,
+      attempts: attemptHeader(msg) ?? 0,
       claimOwner: null,
       firstSeenAt: null,
     });
@@ -173,7 +200,8 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResul
 
   // A retry that arrives before its time (a delay longer than every tier, or
   // a copy moved by hand) waits again, without spending an attempt.
-  const notBefore = numberHeader(msg, HEADERS.notBefore);
+  // A not-before further out than any retry the worker schedules was forged: ignored.
+  const notBefore = timeHeader(msg, HEADERS.notBefore, d.now());
   if (notBefore !== undefined && notBefore > d.now() + 50) {
     return delay(msg, d, env, notBefore - d.now(), null);
   }
@@ -223,7 +251,7 @@ function waitMs(until: Date | null, d: DeliveryDeps): number {
 }
 
 function observeAge(msg: ConsumeMessage, env: Envelope, d: DeliveryDeps): void {
-  const due = numberHeader(msg, HEADERS.notBefore);
+  const due = timeHeader(msg, HEADERS.notBefore, d.now());
   const created = Date.parse(env.createdAt);
   const since = due ?? (Number.isFinite(created) ? created : msg.properties.timestamp * 1000);
   if (Number.isFinite(since)) d.metrics.messageAge.observe(Math.max(0, (d.now() - since) / 1000));
@@ -304,7 +332,9 @@ async function run(
   } catch (err) {
     d.metrics.handlerDuration.observe({ type: env.type }, (d.now() - started) / 1000);
     if (tx) await tx.query('rollback').catch(() => undefined);
-    if (err instanceof StoreUnavailable || isStoreError(err)) {
+    // Only a failed connection means the store is down here: any other error,
+    // a transactional handler's own SQL included, is the handler's failure.
+    if (err instanceof StoreUnavailable || isConnectionError(err)) {
       txBroken ??= err as Error;
       throw err;
     }
@@ -342,7 +372,8 @@ async function recordCompletion(
       return await d.store.complete(key, owner, result);
     } catch (err) {
       const wait = Math.min(2000, 250 * 2 ** attempt);
-      if (!isStoreError(err) || d.now() + wait > deadline) throw new StoreUnavailable(String(err));
+      if (!isConnectionError(err) || d.now() + wait > deadline)
+        throw new StoreUnavailable(String(err));
       await new Promise((r) => setTimeout(r, wait));
     }
   }
@@ -424,17 +455,57 @@ async function publishDelayed(
 ): Promise<void> {
   const tier = tierFor([...d.tiers.keys()], delayMs);
   const due = d.now() + delayMs;
-  await d.publish(d.tiers.get(tier) as string, msg.content, {
-    ...copyProps(msg.properties),
+  await publishCopy(d, d.tiers.get(tier) as string, msg, {
     // The retry is "waiting" only from its due time on: age-based scaling
     // must not see a scheduled retry as backlog.
     timestamp: Math.ceil(due / 1000),
-    headers: {
-      ...(msg.properties.headers ?? {}),
-      ...extraHeaders,
-      [HEADERS.notBefore]: due,
-    },
+    headers: { ...extraHeaders, [HEADERS.notBefore]: due },
   });
+}
+
+/**
+ * Publishes a copy of `msg` (a retry, a dead letter) with the producer's
+ * headers plus `own`. Headers another client sent may not survive amqplib's
+ * encoder (integers beyond int64, NaN) or may leave no room for ours: then
+ * they go as doubles, or, failing that, only our own headers are kept — a
+ * copy that cannot be published would send the message round forever.
+ */
+async function publishCopy(
+  d: DeliveryDeps,
+  queue: string,
+  msg: ConsumeMessage,
+  own: { timestamp: number; headers: Record<string, unknown> },
+): Promise<void> {
+  const props = { ...copyProps(msg.properties), timestamp: own.timestamp };
+  try {
+    await d.publish(queue, msg.content, {
+      ...props,
+      headers: { ...encodableTable(msg.properties.headers ?? {}), ...own.headers },
+    });
+  } catch (err) {
+    if (!(err instanceof RangeError || err instanceof TypeError)) throw err;
+    await d.publish(queue, msg.content, {
+      ...props,
+      headers: {
+        ...own.headers,
+        [HEADERS.headersDropped]: compactReason(`the producer's headers: ${err.message}`),
+      },
+    });
+  }
+}
+
+/** A number amqplib would encode as int64 and cannot (NaN, -Infinity, ≤ -2^63) goes as a double. */
+function encodable(v: unknown): unknown {
+  if (typeof v === 'number')
+    return Number.isNaN(v) || v <= -(2 ** 63) ? { '!': 'double', value: v } : v;
+  if (Array.isArray(v)) return v.map(encodable);
+  if (v !== null && typeof v === 'object' && !Buffer.isBuffer(v) && !('!' in v))
+    return encodableTable(v as Record<string, unknown>);
+  return v;
+}
+
+function encodableTable(t: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(t).map(([k, v]) => [k, encodable(v)]));
 }
 
 /** The properties a copy of a message keeps (retry, dead letter, replay). */
@@ -470,15 +541,13 @@ async function deadLetter(
   const payloadHash = createHash('sha256').update(msg.content).digest('hex');
   const deliveryId = deliveryIdOf(msg, env, payloadHash);
   const now = d.now();
-  const firstSeen = x.firstSeenAt?.getTime() ?? numberHeader(msg, HEADERS.firstSeen) ?? now;
+  const firstSeen = x.firstSeenAt?.getTime() ?? timeHeader(msg, HEADERS.firstSeen, now) ?? now;
   // Confirmed copy in the quarantine queue first, then the audit record (and
   // the claim marked dead-lettered), then the ack. A crash in between
   // redelivers; the record's (delivery, attempt) uniqueness absorbs the repeat.
-  await d.publish(d.deadLetterQueue, msg.content, {
-    ...copyProps(msg.properties),
+  await publishCopy(d, d.deadLetterQueue, msg, {
     timestamp: Math.floor(now / 1000),
     headers: {
-      ...(msg.properties.headers ?? {}),
       [HEADERS.attempt]: x.attempts,
       [HEADERS.firstSeen]: firstSeen,
       [HEADERS.deadLetteredAt]: now,
@@ -492,26 +561,42 @@ async function deadLetter(
       ...(d.deadLetterOwner ? { [HEADERS.owner]: d.deadLetterOwner } : {}),
     },
   });
+  const record: DeadLetterRecord = {
+    deliveryId,
+    jobId: env.id ?? null,
+    key: env.key ?? null,
+    type: env.type ?? null,
+    schemaVersion: env.schemaVersion ?? null,
+    attempts: x.attempts,
+    reason,
+    failureClass: x.failureClass,
+    queue: d.queue,
+    owner: d.deadLetterOwner,
+    revision: d.revision,
+    payloadHash,
+    firstSeenAt: new Date(firstSeen),
+    claimOwner: x.claimOwner,
+    payload: d.storeDeadLetterPayloads ? msg.content : null,
+  };
   try {
-    await d.store.recordDeadLetter({
-      deliveryId,
-      jobId: env.id ?? null,
-      key: env.key ?? null,
-      type: env.type ?? null,
-      schemaVersion: env.schemaVersion ?? null,
-      attempts: x.attempts,
-      reason,
-      failureClass: x.failureClass,
-      queue: d.queue,
-      owner: d.deadLetterOwner,
-      revision: d.revision,
-      payloadHash,
-      firstSeenAt: new Date(firstSeen),
-      claimOwner: x.claimOwner,
-      payload: d.storeDeadLetterPayloads ? msg.content : null,
-    });
+    await d.store.recordDeadLetter(record);
   } catch (err) {
-    throw new StoreUnavailable(String(err));
+    if (!isMessageDataError(err)) throw new StoreUnavailable(String(err));
+    // A field of the message's own that the store refuses: the DLQ copy
+    // (with every header) is the evidence; the row keeps what is certain.
+    // Publishing again would only add copies, so the loop ends here.
+    try {
+      await d.store.recordDeadLetter({
+        ...record,
+        jobId: null,
+        key: null,
+        type: null,
+        schemaVersion: null,
+        reason: compactReason(`${reason} (record sanitized: ${(err as Error).message})`),
+      });
+    } catch (again) {
+      throw new StoreUnavailable(String(again));
+    }
   }
   const type = env.type && d.handlers.has(env.type) ? env.type : 'unknown';
   d.metrics.deadLetters.inc({ type, failure_class: x.failureClass });

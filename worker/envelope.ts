@@ -3,12 +3,34 @@
 // once: retrying a malformed message cannot fix it.
 import { z } from 'zod';
 import { renderKey, type Contract } from './contract.js';
+import { isInt32, MAX_INT32, storable } from './storable.js';
+
+/**
+ * Text the claim store keeps exactly (see storable.ts): otherwise two
+ * different keys could be stored as one, and the second job acked as a
+ * duplicate of the first.
+ */
+const storableText = (max: number) =>
+  z
+    .string()
+    .min(1)
+    .max(max)
+    .refine((s) => !s.includes('\0'), {
+      message: 'must not contain NUL (U+0000): PostgreSQL text cannot store it',
+    })
+    .refine((s) => s.isWellFormed(), {
+      message: 'must not contain a lone UTF-16 surrogate (it cannot be stored without loss)',
+    });
 
 export const envelopeSchema = z.object({
-  id: z.string().min(1).max(200),
-  key: z.string().min(1).max(512),
-  type: z.string().min(1).max(200),
-  schemaVersion: z.number().int().positive(),
+  id: storableText(200),
+  key: storableText(512),
+  type: storableText(200),
+  schemaVersion: z
+    .number()
+    .int()
+    .min(1)
+    .max(MAX_INT32, `must fit a 32-bit integer (at most ${MAX_INT32})`),
   payload: z.unknown(),
   createdAt: z.iso.datetime({ offset: true }),
 });
@@ -17,17 +39,19 @@ export type Envelope<P = unknown> = Omit<z.infer<typeof envelopeSchema>, 'payloa
   payload: P;
 };
 
-/** Why a delivery was dead-lettered: a bounded set, used as a metric label. */
-export type FailureClass =
-  | 'body_too_large'
-  | 'not_json'
-  | 'invalid_envelope'
-  | 'unknown_type'
-  | 'schema_version'
-  | 'key_mismatch'
-  | 'invalid_payload'
-  | 'permanent'
-  | 'attempts_exhausted';
+/** Why a delivery was dead-lettered: a bounded set, used as a metric label and a CLI filter. */
+export const FAILURE_CLASSES = [
+  'body_too_large',
+  'not_json',
+  'invalid_envelope',
+  'unknown_type',
+  'schema_version',
+  'key_mismatch',
+  'invalid_payload',
+  'permanent',
+  'attempts_exhausted',
+] as const;
+export type FailureClass = (typeof FAILURE_CLASSES)[number];
 
 export type Decoded =
   | { ok: true; envelope: Envelope }
@@ -47,9 +71,22 @@ export function decodeDelivery(body: Buffer, opts: DecodeOptions): Decoded {
       reason: `body is ${body.length} bytes, over the ${opts.maxBytes}-byte limit (maxMessageBytes)`,
     };
   }
+  // Strict: a lenient decode turns each invalid byte into U+FFFD, so two keys
+  // that differ only in an invalid byte would become one key.
+  let text: string;
+  try {
+    text = utf8.decode(body);
+  } catch {
+    return {
+      ok: false,
+      failureClass: 'not_json',
+      reason:
+        'body is not valid UTF-8 (a JSON message must be UTF-8; the producer sent other bytes)',
+    };
+  }
   let json: unknown;
   try {
-    json = JSON.parse(body.toString('utf8'));
+    json = JSON.parse(text);
   } catch {
     return { ok: false, failureClass: 'not_json', reason: 'body is not valid JSON' };
   }
@@ -97,15 +134,17 @@ export function decodeDelivery(body: Buffer, opts: DecodeOptions): Decoded {
   return { ok: true, envelope };
 }
 
-/** What can be salvaged from an invalid envelope for the dead-letter record. */
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** What can be salvaged from an invalid envelope for the dead-letter record (made storable). */
 function pickKnown(json: unknown): Partial<Envelope> {
   if (json === null || typeof json !== 'object') return {};
   const o = json as Record<string, unknown>;
   const out: Partial<Envelope> = {};
-  if (typeof o.id === 'string') out.id = o.id.slice(0, 200);
-  if (typeof o.key === 'string') out.key = o.key.slice(0, 512);
-  if (typeof o.type === 'string') out.type = o.type.slice(0, 200);
-  if (typeof o.schemaVersion === 'number') out.schemaVersion = o.schemaVersion;
+  if (typeof o.id === 'string') out.id = storable(o.id, 200);
+  if (typeof o.key === 'string') out.key = storable(o.key, 512);
+  if (typeof o.type === 'string') out.type = storable(o.type, 200);
+  if (isInt32(o.schemaVersion)) out.schemaVersion = o.schemaVersion;
   return out;
 }
 
@@ -120,12 +159,15 @@ const SECRETISH = [
   ],
 ] as const;
 
+// eslint-disable-next-line no-control-regex -- control characters are what this removes
+const CONTROL_OR_SPACE = /[\s\x00-\x1f\x7f]+/g;
+
 /**
  * A dead-letter or retry reason fit for headers, logs and status: one line,
  * at most `max` characters, with credentials masked.
  */
 export function compactReason(text: string, max = 300): string {
-  let s = text.replace(/\s+/g, ' ').trim();
+  let s = storable(text).replace(CONTROL_OR_SPACE, ' ').trim();
   for (const [re, sub] of SECRETISH) s = s.replace(re, sub);
   return s.length > max ? `${s.slice(0, max - 1)}…` : s;
 }

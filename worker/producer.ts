@@ -21,6 +21,8 @@ export const HEADERS = {
   type: 'x-jobfleet-type',
   schemaVersion: 'x-jobfleet-schema-version',
   owner: 'x-jobfleet-owner',
+  /** why a copy carries only jobfleet's headers (the producer's could not be re-encoded) */
+  headersDropped: 'x-jobfleet-headers-dropped',
 } as const;
 
 export interface PublishJob<P = unknown> {

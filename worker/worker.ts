@@ -102,6 +102,8 @@ function backoffMs(attempt: number, random: () => number): number {
 
 interface InFlight {
   done: Promise<unknown>;
+  /** the channel it arrived on: only that channel can ack it */
+  channel: ConfirmChannel;
   claim?: { key: string; owner: string };
 }
 
@@ -265,6 +267,19 @@ class QueueWorker implements Worker {
     void this.connectBroker();
   }
 
+  /**
+   * Starts over on a new connection; the old one is closed once the
+   * deliveries that arrived on it have settled (only its channel can ack
+   * them), so a cancel leaks neither a connection nor a channel.
+   */
+  private onConsumerCancelled(ch: ConfirmChannel): void {
+    const old = this.conn;
+    if (!old || ch !== this.channel) return;
+    this.onBrokerClosed(old);
+    const pending = [...this.inflight.values()].filter((e) => e.channel === ch).map((e) => e.done);
+    void Promise.allSettled(pending).then(() => old.close().catch(() => undefined));
+  }
+
   /** The work queue may already exist (declared by a producer or an admin): then it is used as it is. */
   private async declareTopology(conn: ChannelModel, ch: Channel): Promise<void> {
     const ensure = async (q: QueueDecl) => {
@@ -288,7 +303,7 @@ class QueueWorker implements Worker {
     if (!ch || this.consumerTag || this.drain.signal.aborted || this.stopped) return;
     const { consumerTag } = await ch.consume(this.config.queue, (msg) => {
       if (msg) this.onDelivery(ch, msg);
-      else this.onBrokerClosed(this.conn as ChannelModel); // the broker cancelled us (queue deleted)
+      else this.onConsumerCancelled(ch); // the broker cancelled us (queue deleted, node failover)
     });
     this.consumerTag = consumerTag;
   }
@@ -300,7 +315,7 @@ class QueueWorker implements Worker {
   }
 
   private onDelivery(ch: ConfirmChannel, msg: ConsumeMessage): void {
-    const entry: InFlight = { done: Promise.resolve() };
+    const entry: InFlight = { done: Promise.resolve(), channel: ch };
     this.inflight.set(msg, entry);
     const deps = this.deps(ch, entry);
     entry.done = handleDelivery(msg, deps).then(

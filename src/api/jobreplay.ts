@@ -2,6 +2,7 @@
 // a JobWorker's dead letters — `kubectl apply` it, watch its status. Like the
 // JobWorker, the zod schema is the source of truth for the CRD.
 import { z } from 'zod';
+import { FAILURE_CLASSES } from '../../worker/envelope.js';
 
 export const REPLAY_KIND = 'JobReplay';
 export const REPLAY_PLURAL = 'jobreplays';
@@ -18,7 +19,10 @@ export const jobReplaySpec = z
         ids: z.array(z.number().int().min(1)).max(10_000).optional(),
         keys: z.array(z.string().min(1).max(512)).max(10_000).optional(),
         reasonContains: z.string().min(1).max(512).optional(),
-        failureClass: z.string().min(1).max(64).optional(),
+        failureClass: z
+          .enum(FAILURE_CLASSES)
+          .optional()
+          .describe('Only dead letters of this failure class'),
         since: z.string().datetime().optional().describe('Dead-lettered at or after (RFC 3339)'),
         until: z.string().datetime().optional().describe('Dead-lettered before (RFC 3339)'),
       })

@@ -11,6 +11,7 @@ import { discard, replay, ReplayRefused, type ReplayProgress } from '../dlq/repl
 import { DeadLetterStore, type DeadLetterRow, type Selector } from '../dlq/store.js';
 import { ClaimStore } from '../../worker/claim-store.js';
 import { redactUrl } from './verify.js';
+import { FAILURE_CLASSES } from '../../worker/envelope.js';
 
 const HELP = `usage: jobfleet dlq <list|show|replay|discard> [options]
 
@@ -24,7 +25,7 @@ connection (defaults from the worker's environment):
 selection (list, replay, discard):
   --id N, --key K           repeatable
   --reason-contains TEXT    a substring of the dead-letter reason
-  --class NAME              failure class (permanent, attempts_exhausted, schema_version, …)
+  --class NAME              failure class: ${FAILURE_CLASSES.join(', ')}
   --since ISO, --until ISO  dead-lettered in this time range
   --status S                list only: quarantined (default), replayed, discarded, superseded
 
@@ -84,6 +85,19 @@ function date(v: string | undefined, flag: string): Date | undefined {
   return d;
 }
 
+const STATUSES = ['quarantined', 'replayed', 'discarded', 'superseded'] as const;
+
+/** An enumerated option: a typo is refused with the valid values, never matched against nothing. */
+function oneOf<T extends string>(
+  v: string | undefined,
+  valid: readonly T[],
+  flag: string,
+): T | undefined {
+  if (v === undefined) return undefined;
+  if ((valid as readonly string[]).includes(v)) return v as T;
+  throw new Error(`${flag} must be one of ${valid.join(', ')}; got "${v}"`);
+}
+
 function selector(o: Values, queue: string): Selector {
   const ids = (o.id ?? []).map((v) => {
     const n = Number(v);
@@ -91,20 +105,15 @@ function selector(o: Values, queue: string): Selector {
       throw new Error(`--id must be a dead-letter id (a positive integer), got "${v}"`);
     return n;
   });
-  const status = o.status as Selector['status'];
-  if (status && !['quarantined', 'replayed', 'discarded', 'superseded'].includes(status))
-    throw new Error(
-      `--status must be quarantined, replayed, discarded or superseded; got "${status}"`,
-    );
   return {
     queue,
     ids,
     keys: o.key ?? [],
     reason: o['reason-contains'] || undefined,
-    failureClass: o.class,
+    failureClass: oneOf(o.class, FAILURE_CLASSES, '--class'),
     since: date(o.since, '--since'),
     until: date(o.until, '--until'),
-    status,
+    status: oneOf(o.status, STATUSES, '--status'),
   };
 }
 

@@ -19,6 +19,9 @@ const HELP = `usage: jobfleet verify [options]
                             also checks that each quarantined entry's message is still in its DLQ
   --vhost NAME              RabbitMQ vhost of the queues (default /)
   --dead-letter-queue NAME  the DLQ (default "<queue>.dlq" for each origin queue)
+  --settle-seconds N        the management API's counts are sampled (every 5 s by default):
+                            a shortfall is reported only when it is still there this much
+                            later (default 6)
   --json                    print the results as JSON
 
 exit status: 0 every invariant holds, 1 a violation, 2 the check could not run`;
@@ -44,6 +47,7 @@ export async function runVerify(argv: string[]): Promise<number> {
       'management-url': { type: 'string' },
       vhost: { type: 'string', default: '/' },
       'dead-letter-queue': { type: 'string' },
+      'settle-seconds': { type: 'string', default: '6' },
       json: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -57,6 +61,11 @@ export async function runVerify(argv: string[]): Promise<number> {
   const maxAttempts = Number(o['max-attempts'] ?? process.env.JOBFLEET_MAX_ATTEMPTS ?? 5);
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
     throw new Error(`--max-attempts must be a positive integer, got "${o['max-attempts']}"`);
+  const settleSeconds = Number(o['settle-seconds']);
+  if (!Number.isFinite(settleSeconds) || settleSeconds < 0)
+    throw new Error(
+      `--settle-seconds must be a number of seconds (0 or more), got "${o['settle-seconds']}"`,
+    );
   if (o.schema !== undefined && !/^[A-Za-z_][A-Za-z0-9_$]*$/.test(o.schema))
     throw new Error(`--schema must be a plain identifier, got "${o.schema}"`);
 
@@ -83,7 +92,13 @@ export async function runVerify(argv: string[]): Promise<number> {
     const results = await checkInvariants(db, { maxAttempts });
     if (o['management-url'])
       results.push(
-        await checkDeadLetterQueues(db, o['management-url'], o.vhost, o['dead-letter-queue']),
+        await checkDeadLetterQueues(
+          db,
+          o['management-url'],
+          o.vhost,
+          o['dead-letter-queue'],
+          settleSeconds * 1000,
+        ),
       );
     const terminal = await terminalKeyCount(db);
     const failed = results.filter((r) => r.violations > 0);
@@ -95,27 +110,48 @@ export async function runVerify(argv: string[]): Promise<number> {
   }
 }
 
-/** Quarantined entries whose message is no longer in the DLQ cannot be replayed. */
+/**
+ * Quarantined entries whose message is no longer in the DLQ cannot be
+ * replayed. The management API's counts are sampled, so right after a
+ * replay they can lag the table: a shortfall counts only when a second
+ * reading, `settleMs` later, shows it too.
+ */
 async function checkDeadLetterQueues(
   db: pg.Client,
   managementUrl: string,
   vhost: string,
   dlqOverride: string | undefined,
+  settleMs: number,
 ): Promise<InvariantResult> {
   const sql = `select queue, count(*)::int as quarantined
 from jobfleet_dead_letters where status = 'quarantined' group by queue`;
-  const { rows } = await db.query<{ queue: string; quarantined: number }>(sql);
-  const sample: Record<string, unknown>[] = [];
-  for (const r of rows) {
-    const dlq = dlqOverride ?? `${r.queue}.dlq`;
-    const s = await fetchQueueStats(managementUrl, vhost, dlq);
-    const held = s.messagesReady + s.messagesUnacked;
-    if (held < r.quarantined)
-      sample.push({ queue: r.queue, dead_letter_queue: dlq, quarantined: r.quarantined, held });
+  const shortfalls = async () => {
+    const { rows } = await db.query<{ queue: string; quarantined: number }>(sql);
+    const out = new Map<string, Record<string, unknown>>();
+    for (const r of rows) {
+      const dlq = dlqOverride ?? `${r.queue}.dlq`;
+      const s = await fetchQueueStats(managementUrl, vhost, dlq);
+      const held = s.messagesReady + s.messagesUnacked;
+      if (held < r.quarantined)
+        out.set(r.queue, {
+          queue: r.queue,
+          dead_letter_queue: dlq,
+          quarantined: r.quarantined,
+          held,
+        });
+    }
+    return out;
+  };
+  let found = await shortfalls();
+  if (found.size && settleMs > 0) {
+    await new Promise((r) => setTimeout(r, settleMs));
+    const again = await shortfalls();
+    found = new Map([...again].filter(([queue]) => found.has(queue)));
   }
+  const sample = [...found.values()];
   return {
     name: 'dead-letters-held',
-    claim: 'each dead-letter queue holds at least as many messages as it has quarantined entries',
+    claim: `each dead-letter queue holds at least as many messages as it has quarantined entries (a shortfall confirmed by a second reading ${settleMs / 1000} s later: the management API samples its counts)`,
     sql,
     fix: 'messages were removed from the DLQ by hand (purge, shovel, consumer): their payloads are gone; mark those entries discarded with a reason',
     violations: sample.length,

@@ -55,8 +55,17 @@ async function listed(): Promise<Array<Record<string, unknown>>> {
   return (JSON.parse(r.stdout) as { rows: Array<Record<string, unknown>> }).rows;
 }
 
+/** verify right after a replay, with the DLQ check through the management API (whose counts are sampled) */
 async function verifyExit(): Promise<number | null> {
-  const r = await jobfleet(['verify', '--claims-url', h.db.url]);
+  const r = await jobfleet([
+    'verify',
+    '--claims-url',
+    h.db.url,
+    '--management-url',
+    h.rabbit.mgmtUrl,
+    '--vhost',
+    h.rabbit.vhost,
+  ]);
   if (r.code !== 0) console.error(r.stdout, r.stderr);
   return r.code;
 }
@@ -165,6 +174,18 @@ describe('jobfleet dlq', () => {
     ]);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain('replay needs --reason');
+    expect(await listed()).toHaveLength(1); // untouched
+
+    // an enumerated option with a typo is refused with the valid values, never matched against nothing
+    for (const [flag, value] of [
+      ['--class', 'permanant'],
+      ['--status', 'replyed'],
+    ] as const) {
+      const typo = await jobfleet(['dlq', 'replay', ...conn(), flag, value, '--reason', 'typo']);
+      expect(typo.code).toBe(2);
+      expect(typo.stderr).toContain(`${flag} must be one of`);
+      expect(typo.stderr).toContain(flag === '--class' ? 'permanent' : 'replayed');
+    }
     expect(await listed()).toHaveLength(1); // untouched
 
     const r = await jobfleet([

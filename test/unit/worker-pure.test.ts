@@ -11,6 +11,8 @@ import {
 } from '../../worker/contract.js';
 import { compactReason, decodeDelivery } from '../../worker/envelope.js';
 import { parseRetryAfter, Throttled } from '../../worker/errors.js';
+import { isStorableText, storable, storableJson } from '../../worker/storable.js';
+import { isConnectionError, isMessageDataError, isStoreError } from '../../worker/store-errors.js';
 import { topology } from '../../worker/topology.js';
 
 const policy = { initialDelayMs: 1000, maxDelayMs: 600_000 };
@@ -196,6 +198,49 @@ describe('decodeDelivery', () => {
     expect(d.ok ? undefined : d.failureClass).toBe(failureClass);
   });
 
+  // What PostgreSQL cannot store exactly never reaches it: each is a dead letter naming the field.
+  it.each([
+    ['schemaVersion 1.5', env({ schemaVersion: 1.5 }), /schemaVersion/],
+    ['schemaVersion 3e9', env({ schemaVersion: 3e9 }), /schemaVersion: must fit a 32-bit integer/],
+    ['schemaVersion 2^53+1', env({ schemaVersion: 2 ** 53 + 1 }), /schemaVersion/],
+    ['schemaVersion 1e300', env({ schemaVersion: 1e300 }), /schemaVersion/],
+    ['a NUL in the key', env({ key: 'o:1\u0000' }), /key: must not contain NUL/],
+    ['a NUL in the id', env({ id: 'j\u00001' }), /id: must not contain NUL/],
+    ['a lone surrogate in the type', env({ type: 'ship\ud800' }), /type: .*surrogate/],
+  ])('%s is an invalid envelope', (_name, body, reason) => {
+    const d = decodeDelivery(body, opts);
+    expect(d.ok).toBe(false);
+    if (!d.ok) {
+      expect(d.failureClass).toBe('invalid_envelope');
+      expect(d.reason).toMatch(reason);
+      // the salvaged fields are storable: no NUL, no out-of-range integer
+      for (const v of Object.values(d.partial ?? {}))
+        if (typeof v === 'string') expect(isStorableText(v)).toBe(true);
+      if (d.partial?.schemaVersion !== undefined)
+        expect(d.partial.schemaVersion).toBeLessThanOrEqual(2 ** 31 - 1);
+    }
+  });
+
+  it('decodes strictly: keys that differ only in an invalid byte are not one key', () => {
+    const raw = (byte: number) =>
+      Buffer.concat([
+        Buffer.from('{"id":"j1","key":"o:1'),
+        Buffer.from([byte]),
+        Buffer.from(
+          '","type":"ship","schemaVersion":1,"payload":{"id":1},"createdAt":"2026-11-29T12:00:00Z"}',
+        ),
+      ]);
+    for (const b of [0xff, 0xfe, 0xc3]) {
+      const d = decodeDelivery(raw(b), opts);
+      expect(d.ok ? undefined : [d.failureClass, d.reason]).toEqual([
+        'not_json',
+        expect.stringMatching(/not valid UTF-8/),
+      ]);
+    }
+    // a valid multi-byte character still decodes
+    expect(decodeDelivery(env({ key: 'o:1', id: 'jé🚚' }), opts).ok).toBe(true);
+  });
+
   it('keeps what it can of an invalid envelope for the dead-letter record', () => {
     const d = decodeDelivery(env({ createdAt: 7 }), opts);
     expect(d.ok).toBe(false);
@@ -214,6 +259,49 @@ describe('compactReason', () => {
     expect(r).not.toMatch(/\n|p4ss|eyJhbGciOi|hunter2|abc"/);
     expect(r.length).toBe(300);
     expect(r.endsWith('…')).toBe(true);
+  });
+});
+
+describe('storable values', () => {
+  it('escapes NUL and replaces lone surrogates; leaves good text alone', () => {
+    expect(storable('a\u0000b')).toBe('a\\u0000b');
+    expect(storable('x\ud800y')).toBe('x\ufffdy');
+    expect(storable('ok é 🚚')).toBe('ok é 🚚');
+    expect(storable('abcdef', 3)).toBe('abc');
+  });
+
+  it('turns any handler result into JSON that jsonb accepts', () => {
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    expect(JSON.parse(storableJson({ s: 'a\u0000', ['k\u0000']: 1, n: 10n }))).toEqual({
+      s: 'a\\u0000',
+      'k\\u0000': 1,
+      n: '10',
+    });
+    expect(storableJson(undefined)).toBe('null');
+    expect(JSON.parse(storableJson(cyclic))).toEqual({
+      unstorableResult: expect.stringMatching(/circular/i),
+    });
+    expect(storableJson({ at: new Date(0) })).toBe('{"at":"1970-01-01T00:00:00.000Z"}');
+  });
+
+  it('tells a value the store refuses from a store that is down', () => {
+    const pgError = (code: string) => Object.assign(new Error('x'), { code });
+    for (const code of ['22021', '22P05', '22003', '23502', '54000']) {
+      expect([isMessageDataError(pgError(code)), isStoreError(pgError(code))]).toEqual([
+        true,
+        false,
+      ]);
+    }
+    for (const code of ['08006', '57P01', '53300', '42P01', '3F000']) {
+      expect([isMessageDataError(pgError(code)), isStoreError(pgError(code))]).toEqual([
+        false,
+        true,
+      ]);
+    }
+    expect(isStoreError(new Error('connect ECONNREFUSED 127.0.0.1:5432'))).toBe(true);
+    expect(isConnectionError(pgError('42P01'))).toBe(false);
+    expect(isStoreError(new Error('Channel closed'))).toBe(false);
   });
 });
 
