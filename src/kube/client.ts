@@ -1,7 +1,11 @@
-// A thin Kubernetes REST client over the KubeConfig from @kubernetes/client-node.
-// Raw JSON in and out: client-node's typed serializers drop fields whose JSON
-// names differ from its model names (x-kubernetes-validations, default,
-// $ref…), which silently corrupts server-side applies of whole objects.
+// A thin Kubernetes REST client over the KubeConfig from @kubernetes/client-node
+// (2.x: credentials, exec plugins and token files). Still needed beside it:
+// one generic, raw-JSON path for every kind, ours included. client-node's
+// generic KubernetesObjectApi serializes through its models and drops fields
+// whose JSON names differ from the model's (x-kubernetes-validations,
+// default, $ref…; kubernetes-client/javascript#2962), which silently corrupts
+// server-side applies of whole objects; its typed patch* methods pass raw
+// bodies but exist per built-in kind only.
 import * as k8s from '@kubernetes/client-node';
 import https from 'node:https';
 import http from 'node:http';
