@@ -12,6 +12,7 @@ import {
   LABEL_REVISION,
   TERMINATION_MARGIN_SECONDS,
   contractHash,
+  deployedContract,
   templateHash,
 } from '../reconcile/desired.js';
 import { assignRevision, type HistoryEntry } from '../reconcile/revisions.js';
@@ -106,6 +107,13 @@ export class RolloutDriver {
       },
       now,
       spec.rollout.historyLimit,
+      [
+        revisionOf(i.deployment),
+        previous?.currentRevision,
+        previous?.updateRevision,
+        previous?.rollout?.from,
+        previous?.rollout?.to,
+      ],
     );
     const history = assigned.history;
     const specRevision = assigned.revision;
@@ -159,10 +167,28 @@ export class RolloutDriver {
     // The gate: nothing incompatible starts consuming, forward or back.
     let blocked = false;
     const conditions: ConditionInput[] = [];
-    if (!state && deployed && target !== deployed) {
-      const running = contractOf(entry(deployed));
+    // A Deployment deleted by hand is recreated at the revision that ran, not
+    // at whatever the spec says now: the gate compares against that one.
+    const runningRevision = deployed ?? previous?.currentRevision;
+    if (!state && runningRevision && target !== runningRevision) {
+      const deployed = runningRevision;
+      // What runs is read from the live Deployment, not from our own records.
+      const running = deployedContract(i.deployment) ?? contractOf(entry(deployed));
       const candidate = contractOf(entry(target));
-      if (running && candidate) {
+      if (!running || !candidate) {
+        // A gate that cannot compare must not pass: nothing changes until it can.
+        blocked = true;
+        const message = `Revision ${target} cannot be checked against revision ${deployed}: the ${running ? `contract of revision ${target}` : `contract revision ${deployed} runs`} is unknown (not in the Deployment's pod template nor in status.history). The running revision stays; re-apply its spec, or set the change again so that a new revision records its contract.`;
+        conditions.push({
+          type: 'RolloutBlocked',
+          status: 'True',
+          reason: 'ContractUnknown',
+          message,
+        });
+        events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
+        target = deployed;
+        analysis = undefined;
+      } else {
         const override = raw.metadata.annotations?.[ALLOW_KEY_RULE_CHANGE];
         const g = gate({
           kind: Number(target) < Number(deployed) ? 'rollback' : 'rollout',

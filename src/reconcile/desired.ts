@@ -172,6 +172,31 @@ export function podTemplate(jw: JobWorker, revision: string): Record<string, unk
   };
 }
 
+/**
+ * The contract a live Deployment's pods run, read back from the worker
+ * container's JOBFLEET_KEY_RULE / JOBFLEET_SCHEMA_VERSIONS: the truth the
+ * gate compares against. Undefined when the template does not carry both.
+ */
+export function deployedContract(
+  deployment: { [k: string]: unknown } | undefined,
+): { keyRule: string; schemaVersions: number[] } | undefined {
+  const containers = (
+    deployment?.spec as
+      | { template?: { spec?: { containers?: Array<{ name?: string; env?: unknown }> } } }
+      | undefined
+  )?.template?.spec?.containers;
+  const env = containers?.find((c) => c.name === 'worker')?.env as
+    | Array<{ name?: string; value?: string }>
+    | undefined;
+  const value = (name: string) => env?.find((e) => e.name === name)?.value;
+  const keyRule = value('JOBFLEET_KEY_RULE');
+  const versions = value('JOBFLEET_SCHEMA_VERSIONS');
+  if (!keyRule || !versions) return undefined;
+  const schemaVersions = versions.split(',').map(Number);
+  if (schemaVersions.some((v) => !Number.isInteger(v) || v < 1)) return undefined;
+  return { keyRule, schemaVersions };
+}
+
 export function templateHash(jw: JobWorker): string {
   return hash(podTemplate(jw, ''));
 }

@@ -15,11 +15,19 @@ export interface RevisionInput {
   spec: Record<string, unknown>;
 }
 
+/**
+ * The revision `r` is, adding it to `history` when new. History keeps the
+ * newest `limit` entries plus every revision in `keep` (the one the
+ * Deployment runs, the current one, a rollback's ends): the gate reads
+ * their contracts, and a rollback restores their specs, so evicting them
+ * would let an incompatible change through once enough edits pile up.
+ */
 export function assignRevision(
   history: readonly HistoryEntry[],
   r: RevisionInput,
   now: Date,
   limit: number,
+  keep: ReadonlyArray<string | undefined> = [],
 ): { revision: string; history: HistoryEntry[]; isNew: boolean } {
   const known = history.find((h) => h.templateHash === r.templateHash);
   if (known) {
@@ -44,6 +52,9 @@ export function assignRevision(
     spec: r.spec,
     deployedAt: now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
   };
-  // Newest last; keep the last `limit`.
-  return { revision: next, history: [...history, entry].slice(-limit), isNew: true };
+  // Newest last; the last `limit`, and the protected ones whatever their age.
+  const all = [...history, entry];
+  const newest = new Set(all.slice(-limit));
+  const kept = all.filter((h) => newest.has(h) || keep.includes(h.revision));
+  return { revision: next, history: kept, isNew: true };
 }

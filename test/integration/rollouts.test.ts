@@ -172,6 +172,40 @@ describe('the compatibility gate', () => {
     expect(runner.events.some((e) => e.revision === '2')).toBe(false);
   });
 
+  // The gate once read the running contract from status.history only, which keeps the last
+  // historyLimit entries: after that many further edits the blocked change went through.
+  it.each([1, 2])(
+    'stays blocked through 15 edits of a key-rule change with historyLimit %i',
+    async (historyLimit) => {
+      await operator();
+      await apply(spec({ rollout: { historyLimit } }));
+      await rolledOut('1');
+      for (let edit = 1; edit <= 15; edit++) {
+        const applied = await apply(
+          spec({
+            image: `registry.example.com/shipping/worker:edit-${edit}`,
+            contract: { idempotencyKey: 'order:{orderId}:ship:v2' },
+            rollout: { historyLimit },
+          }),
+        );
+        const jw = await eventually(`edit ${edit} reconciled`, async () => {
+          const j = await getJw();
+          return j.status?.observedGeneration === applied.metadata.generation ? j : undefined;
+        });
+        expect(condition(jw, 'RolloutBlocked'), `edit ${edit}`).toMatchObject({
+          status: 'True',
+          reason: 'IdempotencyKeyRuleChanged',
+        });
+        expect(jw.status?.phase, `edit ${edit}`).toBe('Blocked');
+        expect(await deployedRevision(), `edit ${edit}`).toBe('1');
+        expect(
+          (jw.status?.history as Array<{ revision: string }>).map((e) => e.revision),
+        ).toContain('1');
+      }
+      expect(runner.events.filter((e) => e.revision !== '1')).toEqual([]);
+    },
+  );
+
   it('blocks a rollout and a rollback that drop a schema version still in flight, naming the versions', async () => {
     await operator();
     await apply(spec());

@@ -5,6 +5,7 @@ import { parseSpec, type JobWorker } from '../../src/api/jobworker.js';
 import { phaseOf, setCondition } from '../../src/reconcile/conditions.js';
 import {
   contractHash,
+  deployedContract,
   desiredDeployment,
   envProblems,
   templateHash,
@@ -96,6 +97,22 @@ describe('revisions', () => {
     expect(h.history.map((e) => e.revision)).toEqual(['2', '3']);
   });
 
+  // The gate reads the running revision's contract: with historyLimit 1, fifteen edits
+  // must not evict the revision the Deployment still runs (nor the current one).
+  it.each([1, 2, 10])(
+    'never evicts a protected revision, whatever the limit (%i) and the number of edits',
+    (limit) => {
+      let h = assignRevision([], rev('a', 'i:1'), now, limit);
+      for (let edit = 2; edit <= 16; edit++) {
+        h = assignRevision(h.history, rev(`t${edit}`, `i:${edit}`), now, limit, ['1', undefined]);
+        expect(h.history.map((e) => e.revision)).toContain('1');
+        expect(h.history.at(-1)?.revision).toBe(String(edit));
+        expect(h.history.length).toBeLessThanOrEqual(limit + 1);
+      }
+      expect(h.history.find((e) => e.revision === '1')).toMatchObject({ keyRule: 'k:{id}' });
+    },
+  );
+
   it('the template hash follows the image and config; the contract hash ignores version order', () => {
     expect(templateHash(jw(spec({ image: 'img:2' })))).not.toBe(templateHash(jw()));
     expect(
@@ -138,6 +155,18 @@ describe('desired Deployment', () => {
     expect(c.securityContext.readOnlyRootFilesystem).toBe(true);
     expect(d.spec.template.spec.automountServiceAccountToken).toBe(false);
     expect(JSON.stringify(d)).not.toMatch(/amqp:|postgres:/); // credentials only by reference
+  });
+
+  it('the contract a Deployment runs is read back from its pod template', () => {
+    const d = desiredDeployment(jw(), '4', 3);
+    expect(deployedContract(d)).toEqual({ keyRule: 'k:{id}', schemaVersions: [3, 2] });
+    const stripped = JSON.parse(JSON.stringify(d)) as any;
+    stripped.spec.template.spec.containers[0].env =
+      stripped.spec.template.spec.containers[0].env.filter(
+        (e: { name: string }) => e.name !== 'JOBFLEET_KEY_RULE',
+      );
+    expect(deployedContract(stripped)).toBeUndefined(); // unknown: the gate blocks
+    expect(deployedContract(undefined)).toBeUndefined();
   });
 });
 
