@@ -182,12 +182,10 @@ export function deployedContract(
 ): { keyRule: string; schemaVersions: number[] } | undefined {
   const containers = (
     deployment?.spec as
-      | { template?: { spec?: { containers?: Array<{ name?: string; env?: unknown }> } } }
-      | undefined
+      { template?: { spec?: { containers?: Array<{ name?: string; env?: unknown }> } } } | undefined
   )?.template?.spec?.containers;
   const env = containers?.find((c) => c.name === 'worker')?.env as
-    | Array<{ name?: string; value?: string }>
-    | undefined;
+    Array<{ name?: string; value?: string }> | undefined;
   const value = (name: string) => env?.find((e) => e.name === name)?.value;
   const keyRule = value('JOBFLEET_KEY_RULE');
   const versions = value('JOBFLEET_SCHEMA_VERSIONS');

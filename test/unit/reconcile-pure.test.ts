@@ -160,7 +160,7 @@ describe('desired Deployment', () => {
   it('the contract a Deployment runs is read back from its pod template', () => {
     const d = desiredDeployment(jw(), '4', 3);
     expect(deployedContract(d)).toEqual({ keyRule: 'k:{id}', schemaVersions: [3, 2] });
-    const stripped = JSON.parse(JSON.stringify(d)) as any;
+    const stripped = JSON.parse(JSON.stringify(d));
     stripped.spec.template.spec.containers[0].env =
       stripped.spec.template.spec.containers[0].env.filter(
         (e: { name: string }) => e.name !== 'JOBFLEET_KEY_RULE',
