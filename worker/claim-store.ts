@@ -4,7 +4,9 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
 import { LOCK_ID, MIGRATIONS, SQL } from './claims-sql.js';
+import { GroupCommit, type GroupCommitOptions } from './group-commit.js';
 import { storableJson } from './storable.js';
+import { isMessageDataError } from './store-errors.js';
 
 export type ClaimOutcome =
   | {
@@ -76,8 +78,49 @@ function named(name: keyof typeof SQL, values: unknown[]): pg.QueryConfig {
   return { name: `jobfleet_${name}`, text: SQL[name], values };
 }
 
+interface ClaimRequest {
+  key: string;
+  owner: string;
+  jobId: string;
+  type: string;
+  leaseSeconds: number;
+}
+
+interface Completion {
+  key: string;
+  owner: string;
+  result: string;
+}
+
+/** Defaults for group commit: big enough to carry a prefetch-64 burst, two statements in flight. */
+export const GROUP_COMMIT: GroupCommitOptions = { maxBatch: 256, maxInFlight: 2 };
+
 export class ClaimStore {
-  constructor(readonly pool: pg.Pool) {}
+  private readonly claims: GroupCommit<ClaimRequest, ClaimOutcome>;
+  private readonly completions: GroupCommit<Completion, boolean>;
+
+  constructor(
+    readonly pool: pg.Pool,
+    groupCommit: GroupCommitOptions = GROUP_COMMIT,
+  ) {
+    // One message's unstorable value must not fail the others of its batch.
+    const alone = isMessageDataError;
+    this.claims = new GroupCommit((r) => this.claimBatch(r), {
+      ...groupCommit,
+      keyOf: (r) => r.key,
+      alone,
+    });
+    this.completions = new GroupCommit((c) => this.completeBatch(c), {
+      ...groupCommit,
+      keyOf: (c) => c.key,
+      alone,
+    });
+  }
+
+  /** statements sent and items carried by group commit (bench figures) */
+  get batchStats() {
+    return { claims: this.claims.stats, completions: this.completions.stats };
+  }
 
   /** Applies pending migrations; safe when several workers start at once. */
   async migrate(): Promise<number[]> {
@@ -114,21 +157,31 @@ export class ClaimStore {
     }
   }
 
-  async claim(
-    key: string,
-    leaseSeconds: number,
-    jobId: string,
-    type: string,
-  ): Promise<ClaimOutcome> {
-    const owner = randomUUID();
-    const { rows } = await this.pool.query<ClaimRow>(SQL.claim, [
-      key,
-      owner,
-      leaseSeconds,
-      jobId,
-      type,
-    ]);
-    const row = rows[0];
+  /**
+   * Claims `key` for a new owner token. Concurrent claims go together as one
+   * statement (group commit); each caller gets its own key's outcome.
+   */
+  claim(key: string, leaseSeconds: number, jobId: string, type: string): Promise<ClaimOutcome> {
+    return this.claims.submit({ key, owner: randomUUID(), jobId, type, leaseSeconds });
+  }
+
+  private async claimBatch(requests: ClaimRequest[]): Promise<ClaimOutcome[]> {
+    const sorted = [...requests].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const { rows } = await this.pool.query<ClaimRow & { key: string }>(
+      named('claimBatch', [
+        sorted.map((r) => r.key),
+        sorted.map((r) => r.owner),
+        sorted.map((r) => r.jobId),
+        sorted.map((r) => r.type),
+        requests[0]?.leaseSeconds ?? 60,
+      ]),
+    );
+    const byKey = new Map(rows.map((r) => [r.key, r]));
+    return Promise.all(requests.map((r) => this.outcomeOf(r, byKey.get(r.key))));
+  }
+
+  private async outcomeOf(r: ClaimRequest, row: ClaimRow | undefined): Promise<ClaimOutcome> {
+    const { key, owner } = r;
     if (!row) {
       // The row was inserted by a concurrent claim after this statement's
       // snapshot: someone else holds it right now. A second read (rare: only
@@ -174,15 +227,45 @@ export class ClaimStore {
     return ((await client.query(named('renew', [key, owner, leaseSeconds]))).rowCount ?? 0) === 1;
   }
 
-  /** Records the terminal result; false when the claim was lost (fenced out). */
+  /**
+   * Records the terminal result; false when the claim was lost (fenced out).
+   * Inside a transaction (`client`) it is one statement of its own; otherwise
+   * concurrent completions go as one statement (group commit), and each
+   * caller learns whether its own row was updated.
+   */
   async complete(
     key: string,
     owner: string,
     result: unknown,
-    client: pg.ClientBase | pg.Pool = this.pool,
+    client?: pg.ClientBase,
   ): Promise<boolean> {
+    if (!client) return this.completions.submit({ key, owner, result: storableJson(result) });
     const r = await client.query(named('complete', [key, owner, storableJson(result)]));
     return (r.rowCount ?? 0) === 1;
+  }
+
+  private async completeBatch(items: Completion[]): Promise<boolean[]> {
+    const { rows } = await this.pool.query<{ key: string }>(
+      named('completeBatch', [
+        items.map((c) => c.key),
+        items.map((c) => c.owner),
+        items.map((c) => c.result),
+      ]),
+    );
+    const recorded = new Set(rows.map((r) => r.key));
+    return items.map((c) => recorded.has(c.key));
+  }
+
+  /** Extends the leases of many claims in one statement; returns the keys still held. */
+  async renewAll(
+    claims: ReadonlyArray<{ key: string; owner: string }>,
+    leaseSeconds: number,
+  ): Promise<Set<string>> {
+    if (claims.length === 0) return new Set();
+    const { rows } = await this.pool.query<{ key: string }>(
+      named('renewBatch', [claims.map((c) => c.key), claims.map((c) => c.owner), leaseSeconds]),
+    );
+    return new Set(rows.map((r) => r.key));
   }
 
   async releaseForRetry(

@@ -114,16 +114,23 @@ export const SQL = {
   recordMigration: `insert into jobfleet_schema_migrations (version) values ($1)`,
 
   /**
-   * $1 key, $2 owner, $3 lease seconds, $4 job id, $5 type.
-   * Claims a new key, re-claims a released one whose retry time has come, or
-   * takes over a running claim whose lease expired (a dead worker's). When it
-   * cannot claim, the second branch reports why, in the same round trip.
+   * Claims keys for new owners, many deliveries in one statement (group
+   * commit). Claims a new key, re-claims a released one whose retry time has
+   * come, or takes over a running claim whose lease expired (a dead
+   * worker's); for a key it cannot claim, the second branch says why, in the
+   * same round trip.
+   * $1 keys (distinct, sorted: rows are locked in key order, so two workers'
+   * batches cannot deadlock), $2 owners, $3 job ids, $4 types, $5 lease
+   * seconds. One row per key that exists or was claimed, named by `key`.
    */
-  claim: `
-with claimed as (
+  claimBatch: `
+with input as (
+  select * from unnest($1::text[], $2::uuid[], $3::text[], $4::text[]) as i(key, owner, job_id, type)
+), claimed as (
   insert into jobfleet_claims as c
     (key, state, owner, lease_until, attempts, last_claim, job_id, type)
-  values ($1, 'running', $2, now() + make_interval(secs => $3), 1, 'new', $4, $5)
+  select key, 'running', owner, now() + make_interval(secs => $5), 1, 'new', job_id, type
+  from input order by key
   on conflict (key) do update set
     state       = 'running',
     owner       = excluded.owner,
@@ -137,20 +144,40 @@ with claimed as (
     updated_at  = now()
   where (c.state = 'released' and (c.retry_at is null or c.retry_at <= now()))
      or (c.state = 'running' and c.lease_until < now())
-  returning c.last_claim as outcome, c.attempts, c.last_error, null::jsonb as result,
+  returning c.key, c.last_claim as outcome, c.attempts, c.last_error, null::jsonb as result,
             null::timestamptz as wait_until, c.first_seen_at
 )
 select * from claimed
 union all
-select case state when 'completed' then 'completed'
-                  when 'dead_lettered' then 'dead_lettered'
-                  when 'released' then 'not_due'
-                  else 'held' end,
-       attempts, last_error, result,
-       case state when 'released' then retry_at when 'running' then lease_until end,
-       first_seen_at
-from jobfleet_claims
-where key = $1 and not exists (select 1 from claimed)`,
+select c.key,
+       case c.state when 'completed' then 'completed'
+                    when 'dead_lettered' then 'dead_lettered'
+                    when 'released' then 'not_due'
+                    else 'held' end,
+       c.attempts, c.last_error, c.result,
+       case c.state when 'released' then c.retry_at when 'running' then c.lease_until end,
+       c.first_seen_at
+from jobfleet_claims c join input i on i.key = c.key
+where not exists (select 1 from claimed x where x.key = c.key)`,
+
+  /**
+   * $1 keys, $2 owners, $3 results (jsonb text): many completions in one
+   * statement, each fenced by its owner token; returns the keys recorded.
+   */
+  completeBatch: `
+update jobfleet_claims c
+set state = 'completed', result = x.result, lease_until = null, completed_at = now(), updated_at = now()
+from (select * from unnest($1::text[], $2::uuid[], $3::jsonb[]) as u(key, owner, result) order by key) x
+where c.key = x.key and c.owner = x.owner and c.state = 'running'
+returning c.key`,
+
+  /** $1 keys, $2 owners, $3 lease seconds: the lease keeper's one statement per tick; returns the keys still held. */
+  renewBatch: `
+update jobfleet_claims c
+set lease_until = now() + make_interval(secs => $3), updated_at = now()
+from (select * from unnest($1::text[], $2::uuid[]) as u(key, owner) order by key) x
+where c.key = x.key and c.owner = x.owner and c.state = 'running'
+returning c.key`,
 
   /** $1 key: the fallback read when a concurrent insert hid the row from the claim's snapshot. */
   peek: `select state, attempts, lease_until from jobfleet_claims where key = $1`,

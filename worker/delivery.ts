@@ -10,6 +10,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { retryDelayMs, tierFor } from './backoff.js';
 import type { AckEntry, ClaimStore, DeadLetterRecord } from './claim-store.js';
+import type { LeaseKeeper } from './lease-keeper.js';
 import type { Contract } from './contract.js';
 import { compactReason, decodeDelivery, type Envelope, type FailureClass } from './envelope.js';
 import { MAX_RETRY_AFTER_MS, Permanent, Throttled } from './errors.js';
@@ -47,7 +48,9 @@ export interface DeliveryDeps {
   mode: 'external' | 'transactional';
   store: ClaimStore;
   /** told of each claim taken, so that a drain can give back claims of handlers that ignore the signal */
-  claimed?(key: string, owner: string): void;
+  claimed?(msg: ConsumeMessage, key: string, owner: string): void;
+  /** renews the leases of running claims (external mode) */
+  leases: LeaseKeeper;
   leaseSeconds: number;
   maxAttempts: number;
   maxMessageBytes: number;
@@ -223,7 +226,7 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResul
   }
 
   const { owner } = claim;
-  d.claimed?.(env.key, owner);
+  d.claimed?.(msg, env.key, owner);
   d.fault('after-claim');
   if (claim.attempts > d.maxAttempts) {
     // Runs that crashed the process count too: a poison message cannot loop forever.
@@ -266,25 +269,24 @@ async function run(
   firstSeenAt: Date,
 ): Promise<DeliveryResult> {
   const handler = d.handlers.get(env.type) as Handler;
-  const lease = new AbortController();
-  const signal = AbortSignal.any([lease.signal, d.drainSignal]);
+  // One controller, aborted by a lost lease or by the drain deadline (a
+  // listener removed afterwards: nothing is retained per job).
+  const abort = new AbortController();
+  const onDrain = () => abort.abort(d.drainSignal.reason);
+  if (d.drainSignal.aborted) onDrain();
+  else d.drainSignal.addEventListener('abort', onDrain, { once: true });
   // Transactional mode holds the claim row's lock instead (see below).
-  const renewal =
-    d.mode === 'external'
-      ? setInterval(
-          () => {
-            d.store.renew(env.key, owner, d.leaseSeconds).then(
-              (held) => {
-                if (!held) lease.abort(new Error('claim lease lost'));
-              },
-              () => undefined, // a store blip: the next tick retries; the lease has slack for two misses
-            );
-          },
-          Math.max(1000, (d.leaseSeconds * 1000) / 3),
-        )
-      : undefined;
-
-  const log = d.log.child({ type: env.type, jobId: env.id, attempt });
+  if (d.mode === 'external') d.leases.hold(env.key, owner, abort);
+  let log: Logger | undefined;
+  const ctx: HandlerContext = {
+    key: env.key,
+    attempt,
+    signal: abort.signal,
+    // a child logger only for handlers that log
+    get log() {
+      return (log ??= d.log.child({ type: env.type, jobId: env.id, attempt }));
+    },
+  };
   const job: Job = { ...env, attempt };
   const started = d.now();
   d.metrics.inflight.inc();
@@ -309,13 +311,14 @@ async function run(
         await tx.query('rollback');
         return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
       }
-      result = await handler(job, { key: env.key, attempt, signal, log, tx });
+      ctx.tx = tx;
+      result = await handler(job, ctx);
       d.fault('after-handler');
       recorded = await d.store.complete(env.key, owner, result, tx);
       if (recorded) await tx.query('commit');
       else await tx.query('rollback');
     } else {
-      result = await handler(job, { key: env.key, attempt, signal, log });
+      result = await handler(job, ctx);
       d.fault('after-handler');
       recorded = await recordCompletion(d, env.key, owner, result);
     }
@@ -346,7 +349,8 @@ async function run(
     }
     return failed(msg, d, env, owner, attempt, firstSeenAt, err);
   } finally {
-    clearInterval(renewal);
+    if (d.mode === 'external') d.leases.release(env.key, owner);
+    d.drainSignal.removeEventListener('abort', onDrain);
     d.metrics.inflight.dec();
     tx?.off('error', onTxError);
     tx?.release(txBroken); // a broken connection is destroyed, not pooled

@@ -12,6 +12,7 @@ import pg from 'pg';
 import pino, { type Logger } from 'pino';
 import { AckJournal } from './ack-journal.js';
 import { ClaimStore, poolConfig } from './claim-store.js';
+import { LeaseKeeper } from './lease-keeper.js';
 import { contractMismatches, keyRuleProblem, type Contract } from './contract.js';
 import {
   handleDelivery,
@@ -120,6 +121,8 @@ class QueueWorker implements Worker {
   /** aborts every wait loop once stop() begins */
   private readonly stopping = new AbortController();
   private readonly inflight = new Map<ConsumeMessage, InFlight>();
+  private readonly channelDeps = new WeakMap<ConfirmChannel, DeliveryDeps>();
+  private readonly leases: LeaseKeeper;
   private readonly shared: ReturnType<QueueWorker['staticDeps']>;
   private conn: ChannelModel | undefined;
   private channel: ConfirmChannel | undefined;
@@ -160,6 +163,7 @@ class QueueWorker implements Worker {
       this.log.warn({ err: compactReason(err.message) }, 'claim store connection error'),
     );
     this.store = new ClaimStore(pool);
+    this.leases = new LeaseKeeper(this.store, config.leaseSeconds);
     this.journal = new AckJournal(this.store, (err) =>
       this.log.warn(
         { err: compactReason(String((err as Error)?.message ?? err)) },
@@ -317,7 +321,7 @@ class QueueWorker implements Worker {
   private onDelivery(ch: ConfirmChannel, msg: ConsumeMessage): void {
     const entry: InFlight = { done: Promise.resolve(), channel: ch };
     this.inflight.set(msg, entry);
-    const deps = this.deps(ch, entry);
+    const deps = this.deps(ch);
     entry.done = handleDelivery(msg, deps).then(
       (result) => {
         this.inflight.delete(msg);
@@ -361,10 +365,21 @@ class QueueWorker implements Worker {
       now: this.now,
       random: this.random,
       fault: faultHook,
+      leases: this.leases,
     };
   }
 
-  private deps(ch: ConfirmChannel, entry: InFlight): DeliveryDeps {
+  /** The deliveries of one channel share their deps: nothing is built per message. */
+  private deps(ch: ConfirmChannel): DeliveryDeps {
+    let d = this.channelDeps.get(ch);
+    if (!d) {
+      d = this.buildDeps(ch);
+      this.channelDeps.set(ch, d);
+    }
+    return d;
+  }
+
+  private buildDeps(ch: ConfirmChannel): DeliveryDeps {
     const safe = (what: string, fn: () => void) => {
       try {
         fn();
@@ -375,8 +390,9 @@ class QueueWorker implements Worker {
     };
     return {
       ...this.shared,
-      claimed: (key, owner) => {
-        entry.claim = { key, owner };
+      claimed: (msg, key, owner) => {
+        const entry = this.inflight.get(msg);
+        if (entry) entry.claim = { key, owner };
       },
       publish: (queue, content, props) => sendConfirmed(ch, queue, content, props),
       ack: (msg, journal) =>
@@ -472,6 +488,7 @@ class QueueWorker implements Worker {
     this.channel = undefined;
     // Closing the channel returns every unacked delivery to the queue.
     await conn?.close().catch(() => undefined);
+    this.leases.stop();
     await this.journal.flush();
     await this.store.pool.end().catch(() => undefined);
     await this.health?.close();
@@ -484,5 +501,6 @@ class QueueWorker implements Worker {
  * process with SIGKILL when it reaches that point. Never set in production.
  */
 function faultHook(point: FaultPoint): void {
-  if (process.env.JOBFLEET_FAULT === point) process.kill(process.pid, 'SIGKILL');
+  if (FAULT === point) process.kill(process.pid, 'SIGKILL');
 }
+const FAULT = process.env.JOBFLEET_FAULT;

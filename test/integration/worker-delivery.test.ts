@@ -256,7 +256,9 @@ describe('worker lifecycle', () => {
     const { rows } = await h.db.pool.query('select version from jobfleet_schema_migrations');
     expect(rows).toEqual(MIGRATIONS.map((m) => ({ version: m.version })));
     await Promise.all(['a', 'b', 'c', 'd', 'e', 'f'].map((o) => h.job(o)));
-    await eventually('6 completions', async () => ((await h.effects()) === 6 ? true : undefined));
-    expect(ws.flatMap((w) => w.outcomes).filter((o) => o === 'completed')).toHaveLength(6);
+    // the handler writes its effect before the completion record and the ack: wait for both
+    const completed = () => ws.flatMap((w) => w.outcomes).filter((o) => o === 'completed').length;
+    await eventually('6 completions', () => Promise.resolve(completed() === 6 ? true : undefined));
+    expect(await h.effects()).toBe(6);
   });
 });

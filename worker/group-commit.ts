@@ -1,0 +1,99 @@
+// Group commit: what concurrent deliveries ask of the store at about the same
+// time goes as one multi-row statement. A batch is sent at the end of the
+// event-loop turn in which its first item arrived (an idle worker waits for
+// nothing), and while a batch is in flight the next one gathers — so under
+// load batches grow to what the store's round trip lets pile up, and one
+// PostgreSQL commit carries many jobs.
+
+export interface GroupCommitOptions {
+  /** most items per statement */
+  maxBatch: number;
+  /** statements in flight at once (each holds a pool connection) */
+  maxInFlight: number;
+}
+
+interface Waiting<I, O> {
+  item: I;
+  resolve: (o: O) => void;
+  reject: (err: unknown) => void;
+}
+
+export class GroupCommit<I, O> {
+  private queue: Array<Waiting<I, O>> = [];
+  private scheduled = false;
+  private inFlight = 0;
+  /** statements sent, and items they carried (bench figures) */
+  readonly stats = { batches: 0, items: 0 };
+
+  /**
+   * `run` answers every item of a batch, in order; when it throws, every
+   * item of that batch fails with the error (none is half-done: one
+   * statement) — unless `alone(err)` says the error may be one item's own
+   * (a value the store refuses): then each item is tried by itself, so
+   * only that item fails. `keyOf` keeps two items with the same key out of
+   * one batch: the second waits for the next, and sees what the first did.
+   */
+  constructor(
+    private readonly run: (items: I[]) => Promise<O[]>,
+    private readonly opts: GroupCommitOptions & {
+      keyOf?: (item: I) => string;
+      alone?: (err: unknown) => boolean;
+    },
+  ) {}
+
+  submit(item: I): Promise<O> {
+    return new Promise<O>((resolve, reject) => {
+      this.queue.push({ item, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.inFlight >= this.opts.maxInFlight || this.queue.length === 0) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      void this.flush();
+    });
+  }
+
+  private async flush(): Promise<void> {
+    if (this.inFlight >= this.opts.maxInFlight || this.queue.length === 0) return;
+    const batch: Array<Waiting<I, O>> = [];
+    const later: Array<Waiting<I, O>> = [];
+    const keys = new Set<string>();
+    for (const w of this.queue) {
+      const key = this.opts.keyOf?.(w.item);
+      if (batch.length < this.opts.maxBatch && (key === undefined || !keys.has(key))) {
+        batch.push(w);
+        if (key !== undefined) keys.add(key);
+      } else later.push(w);
+    }
+    this.queue = later;
+    this.inFlight++;
+    this.stats.batches++;
+    this.stats.items += batch.length;
+    this.schedule(); // a second statement may go while this one is in flight
+    try {
+      const out = await this.run(batch.map((w) => w.item));
+      batch.forEach((w, i) => w.resolve(out[i] as O));
+    } catch (err) {
+      if (batch.length > 1 && this.opts.alone?.(err)) await this.oneByOne(batch);
+      else for (const w of batch) w.reject(err);
+    } finally {
+      this.inFlight--;
+      this.schedule();
+    }
+  }
+
+  private async oneByOne(batch: Array<Waiting<I, O>>): Promise<void> {
+    for (const w of batch) {
+      try {
+        const [out] = await this.run([w.item]);
+        w.resolve(out as O);
+      } catch (err) {
+        w.reject(err);
+      }
+    }
+  }
+}
