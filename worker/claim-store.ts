@@ -1,5 +1,6 @@
 // The claim store: PostgreSQL adapter for idempotency claims and dead-letter
-// records. Every method is one round trip (migrate aside).
+// records. Every method is one round trip (migrate aside); claims and
+// completions outside a transaction share theirs with concurrent callers.
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';

@@ -1,6 +1,7 @@
 // The claim store's SQL, as text: one place to read every statement the
-// worker sends to PostgreSQL. Each statement is one round trip; the claim and
-// the completion are the only two on the happy path.
+// worker sends to PostgreSQL. Each statement is one round trip; on the happy
+// path the claim and the completion are the only two, each carrying many
+// deliveries at once (group commit).
 
 /** Migrations, applied in order under an advisory lock so that many workers may start at once. */
 export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
