@@ -79,6 +79,14 @@ export function resourcePath(
 
 export class KubeClient {
   private readonly server: URL;
+  /**
+   * One keep-alive agent for every request: client-node's applyToHTTPSOptions
+   * builds a new https.Agent per call, so each API call paid a fresh TCP+TLS
+   * handshake on both sides. Its TLS material is taken once, here; per
+   * request it still runs (credentials that rotate: tokens, exec plugins),
+   * and the agent it builds is replaced by this one.
+   */
+  private agent: http.Agent | undefined;
   /** sees every call (method, path, status): the RBAC test records what the operator uses */
   onRequest?: (method: string, path: string, status: number) => void;
 
@@ -86,6 +94,17 @@ export class KubeClient {
     const cluster = kc.getCurrentCluster();
     if (!cluster) throw new Error('kubeconfig has no current cluster');
     this.server = new URL(cluster.server);
+  }
+
+  private keepAlive(perRequest: http.Agent | undefined): http.Agent {
+    if (!this.agent) {
+      const tls = (perRequest as https.Agent | undefined)?.options ?? {};
+      this.agent =
+        this.server.protocol === 'https:'
+          ? new https.Agent({ ...tls, keepAlive: true })
+          : new http.Agent({ keepAlive: true });
+    }
+    return this.agent;
   }
 
   static fromFile(path: string): KubeClient {
@@ -119,6 +138,7 @@ export class KubeClient {
       signal,
     };
     await this.kc.applyToHTTPSOptions(opts);
+    opts.agent = this.keepAlive(opts.agent as http.Agent | undefined);
     const payload =
       body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
     const lib = this.server.protocol === 'https:' ? https : http;
