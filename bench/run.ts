@@ -6,7 +6,8 @@ import { header, resultsFile, writeSection } from './results.js';
 import { runOperatorBench } from './operator-scale.js';
 import { MODEL, runScalingSim } from './scaling-sim.js';
 import { renderClaimSection, runClaimBench } from './claim-latency.js';
-import { renderWorkerSection, runWorkerBench, workerBenchOptions } from './worker-throughput.js';
+import { renderWorkerSection } from './worker-report.js';
+import { runWorkerBench, workerBenchOptions } from './worker-throughput.js';
 
 const only = process.env.BENCH;
 
