@@ -70,9 +70,9 @@ control-plane:
 	@if [ -n "$$KUBEBUILDER_ASSETS" ]; then echo "using KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS"; \
 	else bash test/ground/build-control-plane.sh >/dev/null; fi
 
-## bench: benchmarks into bench/RESULTS.md (BENCH=worker runs one)
+## bench: benchmarks into bench/RESULTS.md (BENCH=worker runs one; BENCH_ARGS="--jobs 2000 --runs 1" for a short one)
 bench: node_modules
-	node --import tsx bench/run.ts
+	node --import tsx bench/run.ts $(BENCH_ARGS)
 
 ## chaos: the soak — 10,000 jobs, 3 workers SIGKILLed at random, a broker drop, a PostgreSQL
 ## backend termination; verify must pass; twice; figures into bench/RESULTS.md (minutes)

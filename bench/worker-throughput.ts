@@ -1,234 +1,398 @@
-// Worker runtime benchmark (issue 3): the full state machine with a no-op
-// handler vs raw amqplib consume+ack of the same messages, side by side in one
-// process, at prefetch 1, 16 and 64; PostgreSQL round trips per job; claim
-// latency against 10k and 1M existing claim rows.
+// Worker throughput (`make bench BENCH=worker`): jobfleet beside raw amqplib
+// and the queue libraries people would pick instead (pg-boss,
+// graphile-worker, and BullMQ when Redis answers), in one run, on the same
+// RabbitMQ, PostgreSQL and Redis. Every consumer runs in its own process
+// (bench/peers/child.ts) so that one event loop cannot slow another and CPU
+// is attributable; this process fills queues first, then starts the consumer
+// and collects its figures. bench/peers/ holds one module per system.
 //
-//   node --import tsx bench/worker-throughput.ts [--jobs N] [--quick]
-import amqp from 'amqplib';
+//   node --import tsx bench/worker-throughput.ts [--jobs 20000] [--runs 3]
+//        [--latency-seconds 10] [--rate 500] [--only id,id] [--quick]
+// prints the RESULTS.md section (bench/worker-report.ts); `make bench BENCH=worker` writes it.
+import { parseArgs } from 'node:util';
+import { pathToFileURL } from 'node:url';
 import pg from 'pg';
-import pino from 'pino';
-import { ClaimStore } from '../worker/claim-store.js';
-import { SQL } from '../worker/claims-sql.js';
-import { createWorker, publish } from '../worker/index.js';
-import { createSchema } from '../test/ground/postgres.js';
-import { createVhost } from '../test/ground/rabbit.js';
 import { configuredUrls } from '../test/ground/services.js';
+import { BenchDatabase, type PgCounters } from './peers/bench-database.js';
+import { redisFacts, redisPersistence } from './peers/bullmq.js';
+import { ConsumerProcess } from './peers/consumer-process.js';
+import { producePaced } from './peers/paced-producer.js';
+import type { ChildReport } from './peers/protocol.js';
+import { systems } from './peers/registry.js';
+import type { Services, SystemId } from './peers/system.js';
+import {
+  renderWorkerSection,
+  type Latency,
+  type ResultRow,
+  type WorkerBenchOptions,
+  type WorkerBenchResult,
+} from './worker-report.js';
 
-const arg = (name: string, dflt: number) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? Number(process.argv[i + 1]) : dflt;
-};
-const quick = process.argv.includes('--quick');
-const JOBS = arg('--jobs', quick ? 500 : 4000);
-const urls = configuredUrls();
-
-// Every statement our code sends goes through Client.prototype.query (the
-// pool's query included), so counting calls there counts round trips.
-let roundTrips = 0;
-const proto = pg.Client.prototype as unknown as { query: (...a: unknown[]) => unknown };
-const originalQuery = proto.query;
-proto.query = function (this: pg.Client, ...a: unknown[]) {
-  roundTrips++;
-  return originalQuery.apply(this, a);
-};
-
-async function fill(amqpUrl: string, queue: string, n: number): Promise<void> {
-  const conn = await amqp.connect(amqpUrl);
-  const ch = await conn.createConfirmChannel();
-  await ch.assertQueue(queue, { durable: true });
-  const batch = 200;
-  for (let i = 0; i < n; i += batch) {
-    await Promise.all(
-      Array.from({ length: Math.min(batch, n - i) }, (_, j) =>
-        publish(ch, queue, {
-          type: 'noop',
-          schemaVersion: 1,
-          payload: { n: i + j },
-          keyRule: 'bench:{n}',
-        }),
-      ),
-    );
-  }
-  await conn.close();
-}
-
-async function rawConsume(
-  amqpUrl: string,
-  queue: string,
-  n: number,
-  prefetch: number,
-): Promise<number> {
-  const conn = await amqp.connect(amqpUrl);
-  const ch = await conn.createChannel();
-  await ch.prefetch(prefetch);
-  const t0 = performance.now();
-  await new Promise<void>((resolve) => {
-    let seen = 0;
-    void ch.consume(queue, (m) => {
-      if (!m) return;
-      ch.ack(m);
-      if (++seen === n) resolve();
-    });
-  });
-  const ms = performance.now() - t0;
-  await conn.close();
-  return ms;
-}
-
-async function jobfleetConsume(
-  amqpUrl: string,
-  claimsUrl: string,
-  queue: string,
-  n: number,
-  prefetch: number,
-) {
-  let done = 0;
-  let resolveAll!: () => void;
-  const all = new Promise<void>((r) => (resolveAll = r));
-  const worker = createWorker({
-    contract: { keyRule: 'bench:{n}', schemaVersions: [1] },
-    handlers: { noop: () => Promise.resolve(null) },
-    logger: pino({ level: 'silent' }),
-    handleSignals: false,
-    onOutcome: (r) => {
-      if (r === 'completed' && ++done === n) resolveAll();
+export function workerBenchOptions(argv: string[]): WorkerBenchOptions {
+  const { values: o } = parseArgs({
+    args: argv,
+    strict: false,
+    options: {
+      jobs: { type: 'string' },
+      runs: { type: 'string' },
+      'latency-seconds': { type: 'string' },
+      rate: { type: 'string' },
+      only: { type: 'string' },
+      quick: { type: 'boolean', default: false },
     },
-    config: { queue, brokerUrl: amqpUrl, claimsUrl, prefetch, metricsPort: 0 },
   });
-  // Start consuming only once the topology and migrations are in place, so the
-  // clock covers the same work as the raw consumer's.
-  const t0 = performance.now();
-  const rt0 = roundTrips;
-  await worker.start();
-  const startedMs = performance.now() - t0;
-  const rtStart = roundTrips - rt0;
-  await all;
-  const ms = performance.now() - t0 - startedMs;
-  const perJob = (roundTrips - rt0 - rtStart) / n;
-  await worker.stop({ deadlineMs: 1000 });
-  return { ms, perJob };
+  const num = (v: unknown, dflt: number) => (typeof v === 'string' ? Number(v) : dflt);
+  const opts: WorkerBenchOptions = {
+    jobs: num(o.jobs, o.quick ? 2000 : 20_000),
+    runs: num(o.runs, o.quick ? 1 : 3),
+    latencySeconds: num(o['latency-seconds'], o.quick ? 3 : 10),
+    rate: num(o.rate, 500),
+    only: typeof o.only === 'string' ? (o.only.split(',') as SystemId[]) : undefined,
+  };
+  if (!(opts.jobs > 0 && opts.runs > 0 && opts.rate > 0 && opts.latencySeconds >= 2))
+    throw new Error('--jobs, --runs and --rate must be positive, --latency-seconds at least 2');
+  const unknown = opts.only?.filter((id) => !(id in systems));
+  if (unknown?.length)
+    throw new Error(`--only: no system ${unknown.join(', ')} (${Object.keys(systems).join(', ')})`);
+  return opts;
 }
 
-async function claimLatency(pgUrl: string, existing: number, samples: number) {
-  const db = await createSchema(pgUrl);
-  try {
-    const store = new ClaimStore(db.pool);
-    await store.migrate();
-    await db.pool.query(
-      `insert into jobfleet_claims (key, state, attempts, completed_at, result)
-       select 'existing:' || g, 'completed', 1, now() - (g % 1000) * interval '1 minute', '{"ok":true}'
-       from generate_series(1, $1) g`,
-      [existing],
-    );
-    await db.pool.query('analyze jobfleet_claims');
-    const times: number[] = [];
-    for (let i = 0; i < samples; i++) {
-      const t0 = performance.now();
-      // Half new keys, half duplicates of existing ones: both paths of the claim.
-      const key = i % 2 ? `new:${i}` : `existing:${1 + Math.floor(Math.random() * existing)}`;
-      await store.claim(key, 60, `j${i}`, 'noop');
-      times.push(performance.now() - t0);
-    }
-    times.sort((a, b) => a - b);
-    const pct = (p: number) =>
-      times[Math.min(times.length - 1, Math.floor(p * times.length))] ?? NaN;
-    return { p50: pct(0.5), p99: pct(0.99) };
-  } finally {
-    await db.cleanup();
-  }
+interface Row {
+  system: SystemId;
+  config: string;
+  options: Record<string, number>;
+  processes: number;
+  /** also measured in the latency run */
+  latency?: boolean;
 }
 
-/**
- * claim + record with 16 concurrent callers, as unnamed statements (planned on
- * every call) and as the named ones ClaimStore uses: side by side, one schema.
- */
-async function namedVsUnnamed(
-  pgUrl: string,
-  n: number,
-): Promise<{ unnamed: number; named: number }> {
-  const db = await createSchema(pgUrl);
-  const pool = new pg.Pool({ connectionString: db.url, max: 18 });
+const ROWS: Row[] = [
+  { system: 'raw', config: 'prefetch 64', options: { prefetch: 64 }, processes: 1, latency: true },
+  { system: 'jobfleet', config: 'prefetch 1', options: { prefetch: 1 }, processes: 1 },
+  { system: 'jobfleet', config: 'prefetch 16', options: { prefetch: 16 }, processes: 1 },
+  {
+    system: 'jobfleet',
+    config: 'prefetch 64',
+    options: { prefetch: 64 },
+    processes: 1,
+    latency: true,
+  },
+  {
+    system: 'jobfleet',
+    config: '2 processes × prefetch 64',
+    options: { prefetch: 64 },
+    processes: 2,
+  },
+  {
+    system: 'pg-boss',
+    config: 'batchSize 64 × localConcurrency 4',
+    options: {},
+    processes: 1,
+    latency: true,
+  },
+  {
+    system: 'graphile-worker',
+    config: 'concurrentJobs 24, localQueue 500',
+    options: {},
+    processes: 1,
+    latency: true,
+  },
+  { system: 'bullmq', config: 'concurrency 64', options: {}, processes: 1, latency: true },
+];
+
+const label = (r: Row) => `${systems[r.system].label} (${r.config})`;
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+};
+/** nearest-rank percentile */
+const percentile = (sorted: number[], p: number) =>
+  sorted[Math.max(0, Math.ceil(p * sorted.length) - 1)] ?? NaN;
+/** generous (20 jobs/s): the slowest system must finish, a hung one must not hold the run forever */
+const timeoutMs = (jobs: number) => 60_000 + jobs * 50;
+
+interface Measured {
+  jobsPerSec: number;
+  cpuMsPer1k: number;
+  pg?: PgCounters;
+}
+
+function delta(a: PgCounters, b: PgCounters): PgCounters {
+  return {
+    transactions: b.transactions - a.transactions,
+    rowsWritten: b.rowsWritten - a.rowsWritten,
+  };
+}
+
+/** One throughput run of one row: a fresh namespace, filled, drained by the row's processes. */
+async function throughputOnce(
+  row: Row,
+  jobs: number,
+  services: Services,
+  db: BenchDatabase,
+): Promise<Measured> {
+  const system = systems[row.system];
+  const ns = await system.prepare(services);
+  const procs: ConsumerProcess[] = [];
   try {
-    await new ClaimStore(pool).migrate();
-    const run = async (named: boolean) => {
-      let i = 0;
-      const t0 = performance.now();
-      await Promise.all(
-        Array.from({ length: 16 }, async () => {
-          while (i < n) {
-            const key = `${named}:${i++}`;
-            const owner = crypto.randomUUID();
-            const q = (name: 'claimBatch' | 'complete', values: unknown[]) =>
-              pool.query(
-                named
-                  ? { name: `bench_${name}`, text: SQL[name], values }
-                  : { text: SQL[name], values },
-              );
-            await q('claimBatch', [[key], [owner], ['j'], ['t'], 60]);
-            await q('complete', [key, owner, 'null']);
-          }
-        }),
+    await ns.fill(jobs);
+    const before = system.usesPostgres ? await db.counters() : undefined;
+    const shared = row.processes > 1;
+    for (let i = 0; i < row.processes; i++) {
+      procs.push(
+        new ConsumerProcess(
+          {
+            system: row.system,
+            target: ns.target,
+            options: row.options,
+            mode: 'throughput',
+            expect: shared ? undefined : jobs,
+            progress: shared,
+          },
+          timeoutMs(jobs),
+        ),
       );
-      return (n / (performance.now() - t0)) * 1000;
+    }
+    await Promise.all(procs.map((p) => p.ready));
+    // Processes sharing a queue cannot know their share: the sum of their
+    // progress tells when all jobs have started; each then reports when its
+    // last completion was recorded.
+    let settled = false;
+    const settleWhenAllStarted = () => {
+      if (settled || procs.reduce((s, p) => s + p.started, 0) < jobs) return;
+      settled = true;
+      for (const p of procs) p.send({ type: 'settle' });
     };
-    return { unnamed: await run(false), named: await run(true) };
+    for (const p of procs) p.onProgress = settleWhenAllStarted;
+    for (const p of procs) p.send({ type: 'go' });
+    if (shared) settleWhenAllStarted();
+    const reports = await Promise.all(procs.map((p) => p.done));
+    await Promise.all(procs.map((p) => p.exited));
+    const after = system.usesPostgres ? await db.counters() : undefined;
+    return summarise(row, jobs, reports, before && after && delta(before, after));
   } finally {
-    await pool.end();
-    await db.cleanup();
+    for (const p of procs) p.kill();
+    await ns.cleanup();
   }
 }
 
-export interface ThroughputRow {
-  prefetch: number;
-  rawPerSec: number;
-  jobfleetPerSec: number;
-  ratio: number;
-  roundTripsPerJob: number;
+function summarise(row: Row, jobs: number, reports: ChildReport[], pg?: PgCounters): Measured {
+  const started = reports.reduce((s, r) => s + r.started, 0);
+  if (started !== jobs)
+    console.error(`${label(row)}: ${started} handler starts for ${jobs} jobs (redeliveries?)`);
+  const first = Math.min(...reports.map((r) => r.firstStartedAt ?? Infinity));
+  const last = Math.max(...reports.map((r) => r.lastFinishedAt ?? -Infinity));
+  const cpuMs = reports.reduce((s, r) => s + r.cpuMicros, 0) / 1000;
+  return {
+    jobsPerSec: (jobs / (last - first)) * 1000,
+    cpuMsPer1k: (cpuMs / jobs) * 1000,
+    ...(pg && { pg }),
+  };
 }
 
-export async function runWorkerBench(): Promise<{
-  jobs: number;
-  rows: ThroughputRow[];
-  claims: Array<{ existing: number; p50: number; p99: number }>;
-  statements: { unnamed: number; named: number };
-}> {
-  const rows: ThroughputRow[] = [];
-  for (const prefetch of [1, 16, 64]) {
-    const vhost = await createVhost(urls.amqpUrl, urls.rabbitMgmtUrl);
-    const db = await createSchema(urls.pgUrl);
+/** Publish → handler start at a fixed offered load, against a consumer already running. */
+async function latencyOnce(
+  row: Row,
+  opts: WorkerBenchOptions,
+  services: Services,
+): Promise<Latency> {
+  const system = systems[row.system];
+  const ns = await system.prepare(services);
+  let proc: ConsumerProcess | undefined;
+  try {
+    await ns.fill(0);
+    proc = new ConsumerProcess(
+      { system: row.system, target: ns.target, options: row.options, mode: 'latency' },
+      timeoutMs(opts.rate * opts.latencySeconds),
+    );
+    await proc.ready;
+    proc.send({ type: 'go' });
+    await proc.consuming;
+    const producer = await ns.openProducer();
+    let sent: Awaited<ReturnType<typeof producePaced>>;
     try {
-      await fill(vhost.amqpUrl, 'raw', JOBS);
-      await fill(vhost.amqpUrl, 'jf', JOBS);
-      const rawMs = await rawConsume(vhost.amqpUrl, 'raw', JOBS, prefetch);
-      const jf = await jobfleetConsume(vhost.amqpUrl, db.url, 'jf', JOBS, prefetch);
-      const rawPerSec = (JOBS / rawMs) * 1000;
-      const jobfleetPerSec = (JOBS / jf.ms) * 1000;
-      rows.push({
-        prefetch,
-        rawPerSec,
-        jobfleetPerSec,
-        ratio: jobfleetPerSec / rawPerSec,
-        roundTripsPerJob: jf.perJob,
-      });
-      console.error(
-        `prefetch ${prefetch}: raw ${rawPerSec.toFixed(0)}/s, jobfleet ${jobfleetPerSec.toFixed(0)}/s, ${jf.perJob.toFixed(2)} round trips/job`,
-      );
+      sent = await producePaced(producer, opts.rate, opts.latencySeconds);
     } finally {
-      await vhost.cleanup();
-      await db.cleanup();
+      await producer.close();
+    }
+    proc.send({ type: 'settle', expect: sent.sent });
+    const { latencies } = await proc.done;
+    await proc.exited;
+    // The first second is warm-up: connections, prepared statements, JIT.
+    const warmup = opts.rate;
+    const ms: number[] = [];
+    for (let i = 0; i < latencies.length; i += 2)
+      if ((latencies[i] as number) >= warmup) ms.push(latencies[i + 1] as number);
+    ms.sort((a, b) => a - b);
+    const sendMs = sent.sendMs.slice(warmup).sort((a, b) => a - b);
+    return {
+      p50: percentile(ms, 0.5),
+      p99: percentile(ms, 0.99),
+      measured: ms.length,
+      acceptedRate: sent.acceptedRate,
+      sendP50: percentile(sendMs, 0.5),
+      sendP99: percentile(sendMs, 0.99),
+    };
+  } finally {
+    proc?.kill();
+    await ns.cleanup();
+  }
+}
+
+async function postgresDurability(pgUrl: string): Promise<string> {
+  const c = new pg.Client({ connectionString: pgUrl });
+  await c.connect();
+  try {
+    const { rows } = await c.query<{ name: string; setting: string }>(
+      `select name, setting from pg_settings where name in ('fsync', 'synchronous_commit') order by name`,
+    );
+    return rows.map((r) => `${r.name} ${r.setting}`).join(', ');
+  } finally {
+    await c.end();
+  }
+}
+
+/** The rows asked for whose system can run here, and why the others cannot. */
+async function availableRows(opts: WorkerBenchOptions, services: Services) {
+  const skipped: WorkerBenchResult['skipped'] = [];
+  const rows: Row[] = [];
+  for (const row of ROWS) {
+    if (opts.only && row.system !== 'raw' && !opts.only.includes(row.system)) continue;
+    const why = await systems[row.system].unavailable?.(services);
+    if (why) {
+      skipped.push({ label: label(row), why });
+      console.error(`skipping ${label(row)}: ${why}`);
+    } else rows.push(row);
+  }
+  return { rows, skipped };
+}
+
+export async function runWorkerBench(opts: WorkerBenchOptions): Promise<WorkerBenchResult> {
+  const urls = configuredUrls();
+  const redisUrl = process.env.JOBFLEET_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+  const db = await BenchDatabase.create(urls.pgUrl);
+  // Ctrl-C reaches the consumer processes too; the database is ours to remove.
+  const onInterrupt = () => void db.drop().finally(() => process.exit(130));
+  process.once('SIGINT', onInterrupt);
+  try {
+    const services: Services = { ...urls, pgUrl: db.url, redisUrl };
+    const { rows, skipped } = await availableRows(opts, services);
+    const redis = await redisFacts(redisUrl);
+    const durability = {
+      postgres: await postgresDurability(urls.pgUrl),
+      ...(redis && { redis: redisPersistence(redis) }),
+    };
+    return await measure(opts, rows, services, db, { skipped, durability });
+  } finally {
+    process.off('SIGINT', onInterrupt);
+    await db.drop();
+  }
+}
+
+/** Empty runs, then the interleaved throughput runs, then the latency runs. */
+async function measure(
+  opts: WorkerBenchOptions,
+  rows: Row[],
+  services: Services,
+  db: BenchDatabase,
+  found: Pick<WorkerBenchResult, 'skipped' | 'durability'>,
+): Promise<WorkerBenchResult> {
+  // A system that breaks is reported as such; the others still run.
+  const failed = new Map<Row, string>();
+  const attempt = async <T>(row: Row, what: string, fn: () => Promise<T>) => {
+    if (failed.has(row)) return undefined;
+    try {
+      return await fn();
+    } catch (err) {
+      console.error(`${label(row)}: ${what} failed:`, err);
+      const msg = err instanceof Error ? err.message : JSON.stringify(err);
+      failed.set(row, `${what} failed: ${msg.split('\n')[0]}`);
+      return undefined;
+    }
+  };
+  // An empty run of each PostgreSQL consumer: what start-up and shutdown
+  // cost, taken out of the per-job figure.
+  const overhead = new Map<Row, PgCounters>();
+  for (const row of rows.filter((r) => systems[r.system].usesPostgres)) {
+    const m = await attempt(row, 'empty run', () => throughputOnce(row, 0, services, db));
+    if (!m?.pg) continue;
+    overhead.set(row, m.pg);
+    console.error(`${label(row)}: empty run, ${m.pg.transactions} transactions`);
+  }
+  // Runs interleaved (every row, then every row again) so that a noisy
+  // minute on a shared machine spreads over all systems.
+  const runs = new Map<Row, Measured[]>(rows.map((r) => [r, []]));
+  for (let i = 0; i < opts.runs; i++) {
+    for (const row of rows) {
+      const m = await attempt(row, `run ${i + 1}`, () =>
+        throughputOnce(row, opts.jobs, services, db),
+      );
+      if (!m) continue;
+      runs.get(row)?.push(m);
+      console.error(
+        `run ${i + 1}/${opts.runs} ${label(row)}: ${m.jobsPerSec.toFixed(0)} jobs/s, ` +
+          `${m.cpuMsPer1k.toFixed(0)} CPU ms/1k` +
+          (m.pg ? `, ${m.pg.transactions} transactions` : ''),
+      );
     }
   }
-  const claims = [];
-  for (const existing of quick ? [10_000] : [10_000, 1_000_000]) {
-    const r = await claimLatency(urls.pgUrl, existing, 2000);
-    claims.push({ existing, ...r });
+  const latencies = new Map<Row, Latency>();
+  for (const row of rows.filter((r) => r.latency)) {
+    const l = await attempt(row, 'latency run', () => latencyOnce(row, opts, services));
+    if (!l) continue;
+    latencies.set(row, l);
     console.error(
-      `claim latency with ${existing} rows: p50 ${r.p50.toFixed(2)} ms, p99 ${r.p99.toFixed(2)} ms`,
+      `latency ${label(row)}: p50 ${l.p50.toFixed(1)} ms, p99 ${l.p99.toFixed(1)} ms ` +
+        `(${l.measured} jobs; send p50 ${l.sendP50.toFixed(1)} ms, p99 ${l.sendP99.toFixed(1)} ms)`,
     );
   }
-  const statements = await namedVsUnnamed(urls.pgUrl, JOBS);
-  console.error(
-    `claim+record, 16 concurrent: unnamed ${statements.unnamed.toFixed(0)}/s, named ${statements.named.toFixed(0)}/s`,
-  );
-  return { jobs: JOBS, rows, claims, statements };
+  const rawRow = rows.find((r) => r.system === 'raw');
+  const raw = (rawRow && !failed.has(rawRow) && runs.get(rawRow)) || [];
+  const skipped = [
+    ...found.skipped,
+    ...[...failed].map(([row, why]) => ({ label: label(row), why })),
+  ];
+  return {
+    opts,
+    skipped,
+    durability: found.durability,
+    rows: rows
+      .filter((row) => !failed.has(row))
+      .map((row) =>
+        resultRow(row, runs.get(row) ?? [], raw, opts.jobs, overhead.get(row), latencies.get(row)),
+      ),
+  };
+}
+
+function resultRow(
+  row: Row,
+  ms: Measured[],
+  raw: Measured[],
+  jobs: number,
+  overhead?: PgCounters,
+  latency?: Latency,
+): ResultRow {
+  const perJob = (pick: (c: PgCounters) => number) =>
+    overhead && median(ms.map((m) => (m.pg ? pick(m.pg) - pick(overhead) : NaN))) / jobs;
+  return {
+    system: row.system,
+    label: systems[row.system].label,
+    version: systems[row.system].version,
+    config: row.config,
+    processes: row.processes,
+    jobsPerSec: median(ms.map((m) => m.jobsPerSec)),
+    // Against raw amqplib in the same repetition, then the median.
+    vsRaw: median(ms.map((m, i) => m.jobsPerSec / (raw[i]?.jobsPerSec ?? NaN))),
+    cpuMsPer1k: median(ms.map((m) => m.cpuMsPer1k)),
+    pgTransactionsPerJob: perJob((c) => c.transactions),
+    pgRowsPerJob: perJob((c) => c.rowsWritten),
+    pgOverhead: overhead,
+    latency,
+  };
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const result = await runWorkerBench(workerBenchOptions(process.argv.slice(2)));
+  console.log(renderWorkerSection(result));
 }

@@ -1,0 +1,67 @@
+// jobfleet: createWorker from the public API with a no-op handler; the full
+// path per job is decode → claim (PostgreSQL) → handler → record → ack. The
+// claim store lives in a fresh schema of the bench database.
+import pino from 'pino';
+import { createWorker, type Worker } from '../../worker/index.js';
+import { createSchema } from '../../test/ground/postgres.js';
+import { amqpQueue, JOB_TYPE, KEY_RULE, QUEUE } from './amqp-queue.js';
+import { packageVersion, repoRoot, type BenchJob, type System } from './system.js';
+
+export const system: System = {
+  id: 'jobfleet',
+  label: 'jobfleet',
+  version: packageVersion(repoRoot),
+  settings:
+    'createWorker from worker/index.ts, no-op handler, external mode, defaults otherwise; prefetch per row',
+  usesPostgres: true,
+  prepare: async (services) => {
+    const q = await amqpQueue(services);
+    const db = await createSchema(services.pgUrl);
+    return {
+      target: { amqpUrl: q.vhost.amqpUrl, claimsUrl: db.url },
+      fill: (n) => q.fill(n),
+      openProducer: () => q.openProducer(),
+      cleanup: async () => {
+        await q.vhost.cleanup();
+        await db.cleanup();
+      },
+    };
+  },
+  consumer: (target, options, hooks) => {
+    let worker: Worker | undefined;
+    return {
+      open: () => {
+        worker = createWorker({
+          contract: { keyRule: KEY_RULE, schemaVersions: [1] },
+          handlers: {
+            [JOB_TYPE]: (job) => {
+              hooks.started(job.payload as BenchJob);
+              return Promise.resolve(null);
+            },
+          },
+          logger: pino({ level: 'silent' }),
+          handleSignals: false,
+          // 'completed' is reported after the record is committed and the message acked.
+          onOutcome: (result) => {
+            if (result === 'completed') hooks.finished();
+          },
+          config: {
+            queue: QUEUE,
+            brokerUrl: target.amqpUrl as string,
+            claimsUrl: target.claimsUrl as string,
+            prefetch: options.prefetch ?? 64,
+            metricsPort: 0,
+          },
+        });
+        return Promise.resolve();
+      },
+      start: async () => {
+        await worker?.start();
+      },
+      settle: () => hooks.allFinished(),
+      close: async () => {
+        await worker?.stop({ deadlineMs: 1000 });
+      },
+    };
+  },
+};
