@@ -103,13 +103,19 @@ describe('group commit in the claim store', () => {
 });
 
 describe('group commit in a worker', () => {
-  it('a duplicate in the same burst runs once: the second copy waits, then is acked as a duplicate', async () => {
+  it('a duplicate in the same burst runs once; the other copy is acked as a duplicate', async () => {
     const w = await h.startWorker({ config: { prefetch: 16 } });
     await Promise.all([h.job('d-1'), h.job('d-1'), h.job('d-2')]);
-    await h.waitOutcomes(w, 4);
-    expect([...w.outcomes].sort()).toEqual(['completed', 'completed', 'delayed', 'duplicate']);
+    // The second d-1 either meets the first's live claim (held: it waits in a delay tier,
+    // then finds it completed) or arrives once it completed; both end as a duplicate.
+    const ends = () => w.outcomes.filter((o) => o !== 'delayed');
+    await eventually('three terminal outcomes', () =>
+      Promise.resolve(ends().length >= 3 ? true : undefined),
+    );
+    expect([...ends()].sort()).toEqual(['completed', 'completed', 'duplicate']);
     expect(await h.effects('order:d-1:ship')).toBe(1);
-    expect(await metricValue(w, 'jobfleet_claim_conflicts_total')).toBe(1);
+    const delayed = w.outcomes.filter((o) => o === 'delayed').length;
+    expect(await metricValue(w, 'jobfleet_claim_conflicts_total')).toBe(delayed);
   });
 
   it('SIGKILL between a batch commit and its acks: every job of the batch redelivered, each recorded once, acked as a duplicate', async () => {
