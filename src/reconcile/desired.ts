@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import { API_VERSION, KIND, type JobWorker, type JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
+import { ENV, type WorkerConfigInput } from '../../worker/config.js';
 
 export const FIELD_MANAGER = 'jobfleet-operator';
 export const METRICS_PORT = 9464;
@@ -52,53 +53,76 @@ export function ownerReference(jw: JobWorker) {
   };
 }
 
+type SecretRef = { name: string; key: string };
+
+/**
+ * The worker contract, declared once: each worker config field the operator
+ * sets (its variable name comes from the worker's own ENV table), the spec
+ * field it comes from, and its value — a literal or a Secret reference.
+ */
+const WORKER_ENV: ReadonlyArray<{
+  field: keyof WorkerConfigInput;
+  from: string;
+  value: (s: JobWorkerSpec, revision: string) => string | number | SecretRef;
+}> = [
+  { field: 'queue', from: 'spec.broker.queue', value: (s) => s.broker.queue },
+  { field: 'brokerUrl', from: 'spec.broker.urlSecretRef', value: (s) => s.broker.urlSecretRef },
+  { field: 'claimsUrl', from: 'spec.claims.urlSecretRef', value: (s) => s.claims.urlSecretRef },
+  { field: 'prefetch', from: 'spec.broker.prefetch', value: (s) => s.broker.prefetch },
+  { field: 'queueType', from: 'spec.broker.queueType', value: (s) => s.broker.queueType },
+  { field: 'maxAttempts', from: 'spec.retry.maxAttempts', value: (s) => s.retry.maxAttempts },
+  {
+    field: 'initialDelaySeconds',
+    from: 'spec.retry.initialDelaySeconds',
+    value: (s) => s.retry.initialDelaySeconds,
+  },
+  {
+    field: 'maxDelaySeconds',
+    from: 'spec.retry.maxDelaySeconds',
+    value: (s) => s.retry.maxDelaySeconds,
+  },
+  {
+    field: 'deadLetterQueue',
+    from: 'spec.retry.deadLetterQueue',
+    value: (s) => s.retry.deadLetterQueue ?? `${s.broker.queue}.dlq`,
+  },
+  { field: 'deadLetterOwner', from: 'spec.deadLetter.owner', value: (s) => s.deadLetter.owner },
+  { field: 'leaseSeconds', from: 'spec.claims.leaseSeconds', value: (s) => s.claims.leaseSeconds },
+  {
+    field: 'drainDeadlineSeconds',
+    from: 'spec.shutdown.drainDeadlineSeconds',
+    value: (s) => s.shutdown.drainDeadlineSeconds,
+  },
+  {
+    field: 'keyRule',
+    from: 'spec.contract.idempotencyKey',
+    value: (s) => s.contract.idempotencyKey,
+  },
+  {
+    field: 'schemaVersions',
+    from: 'spec.contract.schemaVersions',
+    value: (s) => s.contract.schemaVersions.join(','),
+  },
+  { field: 'revision', from: '(the operator: the revision number)', value: (_, r) => r },
+  { field: 'metricsPort', from: `(the operator: port ${METRICS_PORT})`, value: () => METRICS_PORT },
+];
+
 function env(jw: JobWorker, revision: string): Array<Record<string, unknown>> {
-  const s = jw.spec;
-  const v = (name: string, value: string | number) => ({ name, value: String(value) });
-  const secret = (name: string, ref: { name: string; key: string }) => ({
-    name,
-    valueFrom: { secretKeyRef: { name: ref.name, key: ref.key } },
-  });
   return [
-    v('JOBFLEET_QUEUE', s.broker.queue),
-    secret('JOBFLEET_BROKER_URL', s.broker.urlSecretRef),
-    secret('JOBFLEET_CLAIMS_URL', s.claims.urlSecretRef),
-    v('JOBFLEET_PREFETCH', s.broker.prefetch),
-    v('JOBFLEET_QUEUE_TYPE', s.broker.queueType),
-    v('JOBFLEET_MAX_ATTEMPTS', s.retry.maxAttempts),
-    v('JOBFLEET_INITIAL_DELAY_SECONDS', s.retry.initialDelaySeconds),
-    v('JOBFLEET_MAX_DELAY_SECONDS', s.retry.maxDelaySeconds),
-    v('JOBFLEET_DEAD_LETTER_QUEUE', s.retry.deadLetterQueue ?? `${s.broker.queue}.dlq`),
-    v('JOBFLEET_DEAD_LETTER_OWNER', s.deadLetter.owner),
-    v('JOBFLEET_LEASE_SECONDS', s.claims.leaseSeconds),
-    v('JOBFLEET_DRAIN_DEADLINE_SECONDS', s.shutdown.drainDeadlineSeconds),
-    v('JOBFLEET_KEY_RULE', s.contract.idempotencyKey),
-    v('JOBFLEET_SCHEMA_VERSIONS', s.contract.schemaVersions.join(',')),
-    v('JOBFLEET_REVISION', revision),
-    v('JOBFLEET_METRICS_PORT', METRICS_PORT),
-    ...(s.podTemplate?.env ?? []),
+    ...WORKER_ENV.map(({ field, value }) => {
+      const v = value(jw.spec, revision);
+      return typeof v === 'object'
+        ? { name: ENV[field], valueFrom: { secretKeyRef: { name: v.name, key: v.key } } }
+        : { name: ENV[field], value: String(v) };
+    }),
+    ...(jw.spec.podTemplate?.env ?? []),
   ];
 }
 
 /** The JOBFLEET_* variables the operator sets, and the spec field that sets each. */
-export const CONTRACT_ENV: Record<string, string> = {
-  JOBFLEET_QUEUE: 'spec.broker.queue',
-  JOBFLEET_BROKER_URL: 'spec.broker.urlSecretRef',
-  JOBFLEET_CLAIMS_URL: 'spec.claims.urlSecretRef',
-  JOBFLEET_PREFETCH: 'spec.broker.prefetch',
-  JOBFLEET_QUEUE_TYPE: 'spec.broker.queueType',
-  JOBFLEET_MAX_ATTEMPTS: 'spec.retry.maxAttempts',
-  JOBFLEET_INITIAL_DELAY_SECONDS: 'spec.retry.initialDelaySeconds',
-  JOBFLEET_MAX_DELAY_SECONDS: 'spec.retry.maxDelaySeconds',
-  JOBFLEET_DEAD_LETTER_QUEUE: 'spec.retry.deadLetterQueue',
-  JOBFLEET_DEAD_LETTER_OWNER: 'spec.deadLetter.owner',
-  JOBFLEET_LEASE_SECONDS: 'spec.claims.leaseSeconds',
-  JOBFLEET_DRAIN_DEADLINE_SECONDS: 'spec.shutdown.drainDeadlineSeconds',
-  JOBFLEET_KEY_RULE: 'spec.contract.idempotencyKey',
-  JOBFLEET_SCHEMA_VERSIONS: 'spec.contract.schemaVersions',
-  JOBFLEET_REVISION: '(the operator: the revision number)',
-  JOBFLEET_METRICS_PORT: '(the operator: port 9464)',
-};
+export const CONTRACT_ENV: Readonly<Record<string, string>> = Object.fromEntries(
+  WORKER_ENV.map(({ field, from }) => [ENV[field], from]),
+);
 
 /**
  * podTemplate.env may add variables, never replace the contract's: a
@@ -187,8 +211,8 @@ export function deployedContract(
   const env = containers?.find((c) => c.name === 'worker')?.env as
     Array<{ name?: string; value?: string }> | undefined;
   const value = (name: string) => env?.find((e) => e.name === name)?.value;
-  const keyRule = value('JOBFLEET_KEY_RULE');
-  const versions = value('JOBFLEET_SCHEMA_VERSIONS');
+  const keyRule = value(ENV.keyRule);
+  const versions = value(ENV.schemaVersions);
   if (!keyRule || !versions) return undefined;
   const schemaVersions = versions.split(',').map(Number);
   if (schemaVersions.some((v) => !Number.isInteger(v) || v < 1)) return undefined;

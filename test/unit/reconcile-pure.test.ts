@@ -17,6 +17,7 @@ import {
   deadLetterDueInMs,
 } from '../../src/reconcile/status.js';
 import { isSubset } from '../../src/reconcile/subset.js';
+import { loadConfig } from '../../worker/config.js';
 
 const spec = (over: Record<string, unknown> = {}) => {
   const r = parseSpec({
@@ -155,6 +156,38 @@ describe('desired Deployment', () => {
     expect(c.securityContext.readOnlyRootFilesystem).toBe(true);
     expect(d.spec.template.spec.automountServiceAccountToken).toBe(false);
     expect(JSON.stringify(d)).not.toMatch(/amqp:|postgres:/); // credentials only by reference
+  });
+
+  it('the Deployment the operator renders loads as a valid worker config with the spec values', () => {
+    const s = spec({
+      broker: { urlSecretRef: { name: 'r', key: 'url' }, queue: 'q', prefetch: 24 },
+      retry: { maxAttempts: 7, initialDelaySeconds: 2, maxDelaySeconds: 30 },
+    });
+    const d = desiredDeployment(jw(s), '4', 3) as any;
+    const secrets: Record<string, string> = { r: 'amqp://u:p@rabbit/v', c: 'postgres://u:p@pg/db' };
+    const env = Object.fromEntries(
+      (d.spec.template.spec.containers[0].env as any[]).map((e) => [
+        e.name,
+        e.value ?? secrets[e.valueFrom.secretKeyRef.name],
+      ]),
+    );
+    expect(loadConfig({}, env)).toMatchObject({
+      queue: 'q',
+      brokerUrl: 'amqp://u:p@rabbit/v',
+      claimsUrl: 'postgres://u:p@pg/db',
+      prefetch: 24,
+      maxAttempts: 7,
+      initialDelaySeconds: 2,
+      maxDelaySeconds: 30,
+      deadLetterQueue: 'q.dlq',
+      deadLetterOwner: 'team',
+      leaseSeconds: s.claims.leaseSeconds,
+      drainDeadlineSeconds: s.shutdown.drainDeadlineSeconds,
+      keyRule: 'k:{id}',
+      schemaVersions: [3, 2],
+      revision: '4',
+      metricsPort: 9464,
+    });
   });
 
   it('the contract a Deployment runs is read back from its pod template', () => {
