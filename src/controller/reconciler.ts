@@ -126,6 +126,8 @@ export class JobWorkerReconciler {
   private readonly scaling = new Map<string, { scaling: ScalingState; age: AgeMemory }>();
   /** per JobWorker: the last quarantine read (its stats, or the error and the stats before it) */
   private readonly deadLetterReads = new Map<string, DeadLetterRead>();
+  /** per JobWorker until it is forgotten: a read started before forget() writes nothing */
+  private readonly deadLetterTokens = new Map<string, object>();
   private readonly now: () => Date;
   private readonly pollMs: number;
   private readonly deadLetterReadMs: number;
@@ -521,9 +523,16 @@ export class JobWorkerReconciler {
     const claimsUrl = secrets.get('spec.claims.urlSecretRef');
     if (!claimsUrl || !this.d.deadLetters) return undefined;
     const key = `${namespace}/${name}`;
+    // A read that finishes after its JobWorker was deleted must not write: it
+    // would bring back series that forget() removed, and an alert would fire
+    // for what no longer exists. The token lives until forget().
+    let token = this.deadLetterTokens.get(key);
+    if (!token) this.deadLetterTokens.set(key, (token = {}));
+    const current = () => this.deadLetterTokens.get(key) === token;
     const read = this.d.deadLetters.read(claimsUrl, spec.broker.queue, this.deadLetterReadMs).then(
       (stats): DeadLetterRead => {
-        this.d.metrics.setDeadLetters(namespace, name, stats, spec.deadLetter.maxAgeSeconds);
+        if (current())
+          this.d.metrics.setDeadLetters(namespace, name, stats, spec.deadLetter.maxAgeSeconds);
         return { stats };
       },
       (err: Error): DeadLetterRead => ({
@@ -531,7 +540,9 @@ export class JobWorkerReconciler {
         error: err.message,
       }),
     );
-    void read.then((r) => this.deadLetterReads.set(key, r));
+    void read.then((r) => {
+      if (current()) this.deadLetterReads.set(key, r);
+    });
     const r =
       (await Promise.race([
         read,
@@ -549,6 +560,7 @@ export class JobWorkerReconciler {
   private forget(namespace: string, name: string): void {
     this.scaling.delete(`${namespace}/${name}`);
     this.deadLetterReads.delete(`${namespace}/${name}`);
+    this.deadLetterTokens.delete(`${namespace}/${name}`);
     this.d.metrics.forgetDeadLetters(namespace, name);
     // A deleted JobWorker's series go too: alerts must not fire on what no longer exists.
     const labels = { namespace, jobworker: name };
