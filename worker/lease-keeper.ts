@@ -11,8 +11,6 @@ interface Held {
 export class LeaseKeeper {
   private readonly held = new Map<string, Held>();
   private timer: NodeJS.Timeout | undefined;
-  /** renewal statements sent (bench figures) */
-  ticks = 0;
 
   constructor(
     private readonly store: ClaimStore,
@@ -41,7 +39,6 @@ export class LeaseKeeper {
 
   private async renew(): Promise<void> {
     const entries = [...this.held];
-    this.ticks++;
     let kept: Set<string>;
     try {
       kept = await this.store.renewAll(

@@ -171,14 +171,13 @@ export class RolloutDriver {
     // at whatever the spec says now: the gate compares against that one.
     const runningRevision = deployed ?? previous?.currentRevision;
     if (!state && runningRevision && target !== runningRevision) {
-      const deployed = runningRevision;
       // What runs is read from the live Deployment, not from our own records.
-      const running = deployedContract(i.deployment) ?? contractOf(entry(deployed));
+      const running = deployedContract(i.deployment) ?? contractOf(entry(runningRevision));
       const candidate = contractOf(entry(target));
       if (!running || !candidate) {
         // A gate that cannot compare must not pass: nothing changes until it can.
         blocked = true;
-        const message = `Revision ${target} cannot be checked against revision ${deployed}: the ${running ? `contract of revision ${target}` : `contract revision ${deployed} runs`} is unknown (not in the Deployment's pod template nor in status.history). The running revision stays; re-apply its spec, or set the change again so that a new revision records its contract.`;
+        const message = `Revision ${target} cannot be checked against revision ${runningRevision}: the ${running ? `contract of revision ${target}` : `contract revision ${runningRevision} runs`} is unknown (not in the Deployment's pod template nor in status.history). The running revision stays; re-apply its spec, or set the change again so that a new revision records its contract.`;
         conditions.push({
           type: 'RolloutBlocked',
           status: 'True',
@@ -186,13 +185,13 @@ export class RolloutDriver {
           message,
         });
         events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
-        target = deployed;
+        target = runningRevision;
         analysis = undefined;
       } else {
         const override = raw.metadata.annotations?.[ALLOW_KEY_RULE_CHANGE];
         const g = gate({
-          kind: Number(target) < Number(deployed) ? 'rollback' : 'rollout',
-          runningRevision: deployed,
+          kind: Number(target) < Number(runningRevision) ? 'rollback' : 'rollout',
+          runningRevision,
           running,
           candidateRevision: target,
           candidate,
@@ -217,7 +216,7 @@ export class RolloutDriver {
             message: g.message,
           });
           events.push({ type: 'Warning', reason: 'RolloutBlocked', message: g.message });
-          target = deployed;
+          target = runningRevision;
           aborted = previous?.abortedRevision === specRevision ? aborted : undefined;
           analysis = undefined;
         } else if (g.overrideUsed) {
