@@ -260,7 +260,7 @@ export class JobWorkerReconciler {
           target,
           'Normal',
           'DeploymentCreated',
-          `Created Deployment ${name} at revision ${plan.deployRevision} (${plan.deploySpec.image}).`,
+          `Created Deployment ${name} at revision ${plan.deployRevision} (${plan.deploySpec.image}) with ${appliedReplicas} replicas.${scaling ? ` ${scaling.message}` : ''}`,
         );
       else if (revisionChanged && !plan.status.rollingBack)
         await this.d.events.emit(
