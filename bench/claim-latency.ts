@@ -59,13 +59,13 @@ async function namedVsUnnamed(
           while (i < n) {
             const key = `${named}:${i++}`;
             const owner = crypto.randomUUID();
-            const q = (name: 'claimBatch' | 'complete', values: unknown[]) =>
+            const q = (name: 'claimAndComplete' | 'complete', values: unknown[]) =>
               pool.query(
                 named
                   ? { name: `bench_${name}`, text: SQL[name], values }
                   : { text: SQL[name], values },
               );
-            await q('claimBatch', [[key], [owner], ['j'], ['t'], 60]);
+            await q('claimAndComplete', [[key], [owner], ['j'], ['t'], 60, [], [], []]);
             await q('complete', [key, owner, 'null']);
           }
         }),

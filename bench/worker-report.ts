@@ -11,6 +11,7 @@ export interface WorkerBenchOptions {
   rate: number;
   /** run only these systems (dev runs); raw is always kept, the ratios need it */
   only?: SystemId[];
+  match?: string;
 }
 
 export interface Latency {

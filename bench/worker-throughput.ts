@@ -7,7 +7,8 @@
 // and collects its figures. bench/peers/ holds one module per system.
 //
 //   node --import tsx bench/worker-throughput.ts [--jobs 20000] [--runs 3]
-//        [--latency-seconds 10] [--rate 500] [--only id,id] [--quick]
+//        [--latency-seconds 10] [--rate 500] [--only id,id] [--match text] [--quick]
+// --match keeps the rows whose label contains the text (raw amqplib always runs).
 // prints the RESULTS.md section (bench/worker-report.ts); `make bench BENCH=worker` writes it.
 import { parseArgs } from 'node:util';
 import { pathToFileURL } from 'node:url';
@@ -38,6 +39,7 @@ export function workerBenchOptions(argv: string[]): WorkerBenchOptions {
       'latency-seconds': { type: 'string' },
       rate: { type: 'string' },
       only: { type: 'string' },
+      match: { type: 'string' },
       quick: { type: 'boolean', default: false },
     },
   });
@@ -48,6 +50,7 @@ export function workerBenchOptions(argv: string[]): WorkerBenchOptions {
     latencySeconds: num(o['latency-seconds'], o.quick ? 3 : 10),
     rate: num(o.rate, 500),
     only: typeof o.only === 'string' ? (o.only.split(',') as SystemId[]) : undefined,
+    match: typeof o.match === 'string' ? o.match : undefined,
   };
   if (!(opts.jobs > 0 && opts.runs > 0 && opts.rate > 0 && opts.latencySeconds >= 2))
     throw new Error('--jobs, --runs and --rate must be positive, --latency-seconds at least 2');
@@ -259,6 +262,7 @@ async function availableRows(opts: WorkerBenchOptions, services: Services) {
   const rows: Row[] = [];
   for (const row of ROWS) {
     if (opts.only && row.system !== 'raw' && !opts.only.includes(row.system)) continue;
+    if (opts.match && row.system !== 'raw' && !label(row).includes(opts.match)) continue;
     const why = await systems[row.system].unavailable?.(services);
     if (why) {
       skipped.push({ label: label(row), why });

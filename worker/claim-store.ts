@@ -1,6 +1,7 @@
 // The claim store: PostgreSQL adapter for idempotency claims and dead-letter
 // records. Every method is one round trip (migrate aside); claims and
-// completions outside a transaction share theirs with concurrent callers.
+// completions outside a transaction share theirs with concurrent callers:
+// one statement per event-loop turn carries both (group commit).
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
@@ -93,34 +94,36 @@ interface Completion {
   result: string;
 }
 
-/** Defaults for group commit: big enough to carry a prefetch-64 burst, two statements in flight. */
+/** What one delivery asks of a group-commit statement. */
+type Op = { claim: ClaimRequest } | { complete: Completion };
+type OpResult = ClaimOutcome | boolean;
+
+/** Defaults for group commit: big enough to carry two prefetch-64 bursts, two statements in flight. */
 export const GROUP_COMMIT: GroupCommitOptions = { maxBatch: 256, maxInFlight: 2 };
 
+/** deadlock_detected, serialization_failure: the statement was rolled back as a whole; run it again */
+const isRetryable = (err: unknown) =>
+  ['40P01', '40001'].includes((err as { code?: unknown } | null)?.code as string);
+
 export class ClaimStore {
-  private readonly claims: GroupCommit<ClaimRequest, ClaimOutcome>;
-  private readonly completions: GroupCommit<Completion, boolean>;
+  private readonly ops: GroupCommit<Op, OpResult>;
 
   constructor(
     readonly pool: pg.Pool,
     groupCommit: GroupCommitOptions = GROUP_COMMIT,
   ) {
-    // One message's unstorable value must not fail the others of its batch.
-    const alone = isMessageDataError;
-    this.claims = new GroupCommit((r) => this.claimBatch(r), {
+    this.ops = new GroupCommit((ops) => this.flush(ops), {
       ...groupCommit,
-      keyOf: (r) => r.key,
-      alone,
-    });
-    this.completions = new GroupCommit((c) => this.completeBatch(c), {
-      ...groupCommit,
-      keyOf: (c) => c.key,
-      alone,
+      // a claim and a completion of one key never share a statement (one row, one change)
+      keyOf: (op) => ('claim' in op ? op.claim.key : op.complete.key),
+      // One message's unstorable value must not fail the others of its batch.
+      alone: isMessageDataError,
     });
   }
 
   /** statements sent and items carried by group commit (bench figures) */
   get batchStats() {
-    return { claims: this.claims.stats, completions: this.completions.stats };
+    return this.ops.stats;
   }
 
   /** Applies pending migrations; safe when several workers start at once. */
@@ -159,26 +162,63 @@ export class ClaimStore {
   }
 
   /**
-   * Claims `key` for a new owner token. Concurrent claims go together as one
-   * statement (group commit); each caller gets its own key's outcome.
+   * Claims `key` for a new owner token. Concurrent claims and completions go
+   * together as one statement (group commit); each caller gets its own key's
+   * outcome.
    */
-  claim(key: string, leaseSeconds: number, jobId: string, type: string): Promise<ClaimOutcome> {
-    return this.claims.submit({ key, owner: randomUUID(), jobId, type, leaseSeconds });
+  async claim(
+    key: string,
+    leaseSeconds: number,
+    jobId: string,
+    type: string,
+  ): Promise<ClaimOutcome> {
+    const claim = { key, owner: randomUUID(), jobId, type, leaseSeconds };
+    return (await this.ops.submit({ claim })) as ClaimOutcome;
   }
 
-  private async claimBatch(requests: ClaimRequest[]): Promise<ClaimOutcome[]> {
-    const sorted = [...requests].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-    const { rows } = await this.pool.query<ClaimRow & { key: string }>(
-      named('claimBatch', [
-        sorted.map((r) => r.key),
-        sorted.map((r) => r.owner),
-        sorted.map((r) => r.jobId),
-        sorted.map((r) => r.type),
-        requests[0]?.leaseSeconds ?? 60,
-      ]),
+  private async flush(ops: Op[]): Promise<OpResult[]> {
+    const claims: ClaimRequest[] = [];
+    const completions: Completion[] = [];
+    for (const op of ops) {
+      if ('claim' in op) claims.push(op.claim);
+      else completions.push(op.complete);
+    }
+    const byKey = (a: { key: string }, b: { key: string }) =>
+      a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
+    claims.sort(byKey);
+    completions.sort(byKey);
+    const query = named('claimAndComplete', [
+      claims.map((r) => r.key),
+      claims.map((r) => r.owner),
+      claims.map((r) => r.jobId),
+      claims.map((r) => r.type),
+      claims[0]?.leaseSeconds ?? 60,
+      completions.map((c) => c.key),
+      completions.map((c) => c.owner),
+      completions.map((c) => c.result),
+    ]);
+    let rows: Array<ClaimRow & { key: string }>;
+    for (let tries = 1; ; tries++) {
+      try {
+        ({ rows } = await this.pool.query<ClaimRow & { key: string }>(query));
+        break;
+      } catch (err) {
+        if (!isRetryable(err) || tries >= 3) throw err;
+      }
+    }
+    const recorded = new Set<string>();
+    const claimRows = new Map<string, ClaimRow>();
+    for (const r of rows) {
+      if (r.outcome === 'recorded') recorded.add(r.key);
+      else claimRows.set(r.key, r);
+    }
+    return Promise.all(
+      ops.map((op) =>
+        'claim' in op
+          ? this.outcomeOf(op.claim, claimRows.get(op.claim.key))
+          : recorded.has(op.complete.key),
+      ),
     );
-    const byKey = new Map(rows.map((r) => [r.key, r]));
-    return Promise.all(requests.map((r) => this.outcomeOf(r, byKey.get(r.key))));
   }
 
   private async outcomeOf(r: ClaimRequest, row: ClaimRow | undefined): Promise<ClaimOutcome> {
@@ -240,21 +280,12 @@ export class ClaimStore {
     result: unknown,
     client?: pg.ClientBase,
   ): Promise<boolean> {
-    if (!client) return this.completions.submit({ key, owner, result: storableJson(result) });
+    if (!client)
+      return (await this.ops.submit({
+        complete: { key, owner, result: storableJson(result) },
+      })) as boolean;
     const r = await client.query(named('complete', [key, owner, storableJson(result)]));
     return (r.rowCount ?? 0) === 1;
-  }
-
-  private async completeBatch(items: Completion[]): Promise<boolean[]> {
-    const { rows } = await this.pool.query<{ key: string }>(
-      named('completeBatch', [
-        items.map((c) => c.key),
-        items.map((c) => c.owner),
-        items.map((c) => c.result),
-      ]),
-    );
-    const recorded = new Set(rows.map((r) => r.key));
-    return items.map((c) => recorded.has(c.key));
   }
 
   /** Extends the leases of many claims in one statement; returns the keys still held. */

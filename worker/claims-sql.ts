@@ -1,7 +1,7 @@
 // The claim store's SQL, as text: one place to read every statement the
 // worker sends to PostgreSQL. Each statement is one round trip; on the happy
-// path the claim and the completion are the only two, each carrying many
-// deliveries at once (group commit).
+// path one statement per event-loop turn carries the claims and the
+// completions of many deliveries at once (group commit).
 
 /** Migrations, applied in order under an advisory lock so that many workers may start at once. */
 export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
@@ -115,17 +115,33 @@ export const SQL = {
   recordMigration: `insert into jobfleet_schema_migrations (version) values ($1)`,
 
   /**
-   * Claims keys for new owners, many deliveries in one statement (group
-   * commit). Claims a new key, re-claims a released one whose retry time has
-   * come, or takes over a running claim whose lease expired (a dead
-   * worker's); for a key it cannot claim, the second branch says why, in the
-   * same round trip.
-   * $1 keys (distinct, sorted: rows are locked in key order, so two workers'
-   * batches cannot deadlock), $2 owners, $3 job ids, $4 types, $5 lease
-   * seconds. One row per key that exists or was claimed, named by `key`.
+   * One group-commit statement: records completions and claims keys for new
+   * owners, for many deliveries at once (the two lists never share a key).
+   *
+   * Completions ($6 keys, $7 owners, $8 results as jsonb text) are fenced by
+   * owner token: a row taken over meanwhile is not updated, and its key is
+   * missing from the 'recorded' rows returned.
+   *
+   * Claims ($1 keys, $2 owners, $3 job ids, $4 types, $5 lease seconds) take
+   * a new key, re-claim a released one whose retry time has come, or take
+   * over a running claim whose lease expired (a dead worker's); for a key it
+   * cannot claim, the last branch says why, in the same round trip.
+   *
+   * Both lists are sorted by key, so rows are locked in key order within
+   * each; across the two, two workers can still meet in opposite orders (a
+   * deadlock PostgreSQL breaks by failing one statement, which the caller
+   * retries: nothing of it was committed).
+   * One row per completion recorded (outcome 'recorded') and per claimed key
+   * that exists or was claimed, named by `key`.
    */
-  claimBatch: `
-with input as (
+  claimAndComplete: `
+with done as (
+  update jobfleet_claims c
+  set state = 'completed', result = x.result, lease_until = null, completed_at = now(), updated_at = now()
+  from (select * from unnest($6::text[], $7::uuid[], $8::jsonb[]) as u(key, owner, result) order by key) x
+  where c.key = x.key and c.owner = x.owner and c.state = 'running'
+  returning c.key
+), input as (
   select * from unnest($1::text[], $2::uuid[], $3::text[], $4::text[]) as i(key, owner, job_id, type)
 ), claimed as (
   insert into jobfleet_claims as c
@@ -148,6 +164,10 @@ with input as (
   returning c.key, c.last_claim as outcome, c.attempts, c.last_error, null::jsonb as result,
             null::timestamptz as wait_until, c.first_seen_at
 )
+select key, 'recorded' as outcome, null::int as attempts, null::text as last_error, null::jsonb as result,
+       null::timestamptz as wait_until, null::timestamptz as first_seen_at
+from done
+union all
 select * from claimed
 union all
 select c.key,
@@ -160,17 +180,6 @@ select c.key,
        c.first_seen_at
 from jobfleet_claims c join input i on i.key = c.key
 where not exists (select 1 from claimed x where x.key = c.key)`,
-
-  /**
-   * $1 keys, $2 owners, $3 results (jsonb text): many completions in one
-   * statement, each fenced by its owner token; returns the keys recorded.
-   */
-  completeBatch: `
-update jobfleet_claims c
-set state = 'completed', result = x.result, lease_until = null, completed_at = now(), updated_at = now()
-from (select * from unnest($1::text[], $2::uuid[], $3::jsonb[]) as u(key, owner, result) order by key) x
-where c.key = x.key and c.owner = x.owner and c.state = 'running'
-returning c.key`,
 
   /** $1 keys, $2 owners, $3 lease seconds: the lease keeper's one statement per tick; returns the keys still held. */
   renewBatch: `

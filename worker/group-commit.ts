@@ -20,6 +20,8 @@ interface Waiting<I, O> {
 
 export class GroupCommit<I, O> {
   private queue: Array<Waiting<I, O>> = [];
+  /** keys of the items in statements in flight */
+  private readonly busy = new Set<string>();
   private scheduled = false;
   private inFlight = 0;
   /** statements sent, and items they carried (bench figures) */
@@ -31,7 +33,8 @@ export class GroupCommit<I, O> {
    * statement) — unless `alone(err)` says the error may be one item's own
    * (a value the store refuses): then each item is tried by itself, so
    * only that item fails. `keyOf` keeps two items with the same key out of
-   * one batch: the second waits for the next, and sees what the first did.
+   * one statement, and out of two in flight at once: the second waits until
+   * the first's statement returned, and sees what it did.
    */
   constructor(
     private readonly run: (items: I[]) => Promise<O[]>,
@@ -61,15 +64,19 @@ export class GroupCommit<I, O> {
     if (this.inFlight >= this.opts.maxInFlight || this.queue.length === 0) return;
     const batch: Array<Waiting<I, O>> = [];
     const later: Array<Waiting<I, O>> = [];
-    const keys = new Set<string>();
+    const keys: string[] = [];
     for (const w of this.queue) {
       const key = this.opts.keyOf?.(w.item);
-      if (batch.length < this.opts.maxBatch && (key === undefined || !keys.has(key))) {
+      if (batch.length < this.opts.maxBatch && (key === undefined || !this.busy.has(key))) {
         batch.push(w);
-        if (key !== undefined) keys.add(key);
+        if (key !== undefined) {
+          this.busy.add(key);
+          keys.push(key);
+        }
       } else later.push(w);
     }
     this.queue = later;
+    if (batch.length === 0) return; // every waiting key is in flight: its statement's end reschedules
     this.inFlight++;
     this.stats.batches++;
     this.stats.items += batch.length;
@@ -81,6 +88,7 @@ export class GroupCommit<I, O> {
       if (batch.length > 1 && this.opts.alone?.(err)) await this.oneByOne(batch);
       else for (const w of batch) w.reject(err);
     } finally {
+      for (const k of keys) this.busy.delete(k);
       this.inFlight--;
       this.schedule();
     }

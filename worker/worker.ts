@@ -10,6 +10,7 @@ import amqp, {
 } from 'amqplib';
 import pg from 'pg';
 import pino, { type Logger } from 'pino';
+import { AckBatcher } from './ack-batcher.js';
 import { AckJournal } from './ack-journal.js';
 import { ClaimStore, poolConfig } from './claim-store.js';
 import { LeaseKeeper } from './lease-keeper.js';
@@ -121,7 +122,10 @@ class QueueWorker implements Worker {
   /** aborts every wait loop once stop() begins */
   private readonly stopping = new AbortController();
   private readonly inflight = new Map<ConsumeMessage, InFlight>();
-  private readonly channelDeps = new WeakMap<ConfirmChannel, DeliveryDeps>();
+  private readonly channels = new WeakMap<
+    ConfirmChannel,
+    { deps: DeliveryDeps; acks: AckBatcher }
+  >();
   private readonly leases: LeaseKeeper;
   private readonly shared: ReturnType<QueueWorker['staticDeps']>;
   private conn: ChannelModel | undefined;
@@ -281,7 +285,10 @@ class QueueWorker implements Worker {
     if (!old || ch !== this.channel) return;
     this.onBrokerClosed(old);
     const pending = [...this.inflight.values()].filter((e) => e.channel === ch).map((e) => e.done);
-    void Promise.allSettled(pending).then(() => old.close().catch(() => undefined));
+    void Promise.allSettled(pending).then(() => {
+      this.channels.get(ch)?.acks.flush();
+      return old.close().catch(() => undefined);
+    });
   }
 
   /** The work queue may already exist (declared by a producer or an admin): then it is used as it is. */
@@ -321,7 +328,8 @@ class QueueWorker implements Worker {
   private onDelivery(ch: ConfirmChannel, msg: ConsumeMessage): void {
     const entry: InFlight = { done: Promise.resolve(), channel: ch };
     this.inflight.set(msg, entry);
-    const deps = this.deps(ch);
+    const { deps, acks } = this.forChannel(ch);
+    acks.delivered(msg.fields.deliveryTag);
     entry.done = handleDelivery(msg, deps).then(
       (result) => {
         this.inflight.delete(msg);
@@ -369,17 +377,17 @@ class QueueWorker implements Worker {
     };
   }
 
-  /** The deliveries of one channel share their deps: nothing is built per message. */
-  private deps(ch: ConfirmChannel): DeliveryDeps {
-    let d = this.channelDeps.get(ch);
-    if (!d) {
-      d = this.buildDeps(ch);
-      this.channelDeps.set(ch, d);
+  /** The deliveries of one channel share their deps and acks: nothing is built per message. */
+  private forChannel(ch: ConfirmChannel): { deps: DeliveryDeps; acks: AckBatcher } {
+    let c = this.channels.get(ch);
+    if (!c) {
+      c = this.buildDeps(ch);
+      this.channels.set(ch, c);
     }
-    return d;
+    return c;
   }
 
-  private buildDeps(ch: ConfirmChannel): DeliveryDeps {
+  private buildDeps(ch: ConfirmChannel): { deps: DeliveryDeps; acks: AckBatcher } {
     const safe = (what: string, fn: () => void) => {
       try {
         fn();
@@ -388,21 +396,27 @@ class QueueWorker implements Worker {
         this.log.warn({ err: compactReason((err as Error).message) }, `could not ${what}`);
       }
     };
-    return {
+    const acks = new AckBatcher((tag, upTo) =>
+      safe('ack', () => ch.ack({ fields: { deliveryTag: tag } } as ConsumeMessage, upTo)),
+    );
+    const deps: DeliveryDeps = {
       ...this.shared,
       claimed: (msg, key, owner) => {
         const entry = this.inflight.get(msg);
         if (entry) entry.claim = { key, owner };
       },
       publish: (queue, content, props) => sendConfirmed(ch, queue, content, props),
-      ack: (msg, journal) =>
-        safe('ack', () => {
-          ch.ack(msg);
-          if (journal) this.journal.note({ ...journal, ackedAt: this.now() });
-        }),
-      requeue: (msg) => safe('requeue', () => ch.nack(msg, false, true)),
+      ack: (msg, journal) => {
+        acks.ack(msg.fields.deliveryTag);
+        if (journal) this.journal.note({ ...journal, ackedAt: this.now() });
+      },
+      requeue: (msg) => {
+        acks.settledElsewhere(msg.fields.deliveryTag);
+        safe('requeue', () => ch.nack(msg, false, true));
+      },
       storeDown: (err) => this.onStoreDown(err),
     };
+    return { deps, acks };
   }
 
   /** Stop taking deliveries until PostgreSQL answers again; nothing is acked meanwhile. */
@@ -484,6 +498,7 @@ class QueueWorker implements Worker {
       }
     }
     const conn = this.conn;
+    if (this.channel) this.channels.get(this.channel)?.acks.flush();
     this.conn = undefined;
     this.channel = undefined;
     // Closing the channel returns every unacked delivery to the queue.

@@ -37,9 +37,9 @@ describe('group commit in the claim store', () => {
     await pool.query(
       `insert into jobfleet_claims (key, state, attempts, completed_at) values ('done', 'completed', 1, now())`,
     );
-    const before = store.batchStats.claims.batches;
+    const before = store.batchStats.batches;
     const out = await claimAll(['a', 'b', 'done', 'c']);
-    expect(store.batchStats.claims.batches - before).toBe(1);
+    expect(store.batchStats.batches - before).toBe(1);
     expect(out.map((o) => o.outcome)).toEqual(['new', 'new', 'completed', 'new']);
   });
 
@@ -56,11 +56,11 @@ describe('group commit in the claim store', () => {
     const owners = claims.map((c) => ('owner' in c ? c.owner : ''));
     // y's lease was taken over by another worker meanwhile
     await pool.query(`update jobfleet_claims set owner = gen_random_uuid() where key = 'y'`);
-    const before = store.batchStats.completions.batches;
+    const before = store.batchStats.batches;
     const recorded = await Promise.all(
       ['x', 'y', 'z'].map((k, i) => store.complete(k, owners[i] as string, { k })),
     );
-    expect(store.batchStats.completions.batches - before).toBe(1);
+    expect(store.batchStats.batches - before).toBe(1);
     expect(recorded).toEqual([true, false, true]);
     const { rows } = await pool.query<{ key: string; state: string }>(
       'select key, state from jobfleet_claims order by key',
@@ -70,6 +70,32 @@ describe('group commit in the claim store', () => {
       { key: 'y', state: 'running' },
       { key: 'z', state: 'completed' },
     ]);
+  });
+
+  it('completions and claims made in one turn share one statement', async () => {
+    const [first] = await claimAll(['c-1']);
+    const owner = first && 'owner' in first ? first.owner : '';
+    const before = store.batchStats.batches;
+    const [recorded, claimed] = await Promise.all([
+      store.complete('c-1', owner, { ok: true }),
+      store.claim('c-2', 30, 'j-c-2', 't'),
+    ]);
+    expect(store.batchStats.batches - before).toBe(1);
+    expect(recorded).toBe(true);
+    expect(claimed.outcome).toBe('new');
+  });
+
+  it("a key's completion and a new claim of it in one turn go one after the other: the claim sees it completed", async () => {
+    const [first] = await claimAll(['same']);
+    const owner = first && 'owner' in first ? first.owner : '';
+    const before = store.batchStats.batches;
+    const [recorded, again] = await Promise.all([
+      store.complete('same', owner, 'r'),
+      store.claim('same', 30, 'j-same-2', 't'),
+    ]);
+    expect(store.batchStats.batches - before).toBe(2);
+    expect(recorded).toBe(true);
+    expect(again).toMatchObject({ outcome: 'completed', result: 'r' });
   });
 
   it('the store failing mid-batch fails every item of that batch, and none is half-done', async () => {
