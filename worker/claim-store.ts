@@ -216,7 +216,7 @@ export class ClaimStore {
       ops.map((op) =>
         'claim' in op
           ? this.outcomeOf(op.claim, claimRows.get(op.claim.key))
-          : recorded.has(op.complete.key),
+          : Promise.resolve(recorded.has(op.complete.key)),
       ),
     );
   }

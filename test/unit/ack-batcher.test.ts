@@ -57,7 +57,7 @@ describe('AckBatcher', () => {
     expect(frames).toEqual([[3, true]]);
   });
 
-  it('flush sends at once (before a channel closes); random orders never ack a running delivery', async () => {
+  it('flush sends at once (before a channel closes); random orders never ack a running delivery', () => {
     let seed = 42;
     const rand = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
     for (let round = 0; round < 200; round++) {
