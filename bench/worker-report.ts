@@ -9,6 +9,8 @@ export interface WorkerBenchOptions {
   runs: number;
   latencySeconds: number;
   rate: number;
+  /** jobs in the heap run (0: none) */
+  heapJobs: number;
   /** run only these systems (dev runs); raw is always kept, the ratios need it */
   only?: SystemId[];
   match?: string;
@@ -42,8 +44,14 @@ export interface ResultRow {
   latency?: Latency;
 }
 
+export interface HeapRun {
+  config: string;
+  readings: Array<{ jobs: number; heapBytes: number }>;
+}
+
 export interface WorkerBenchResult {
   opts: WorkerBenchOptions;
+  heap?: HeapRun;
   rows: ResultRow[];
   skipped: Array<{ label: string; why: string }>;
   durability: { postgres: string; redis?: { durable: boolean; words: string } };
@@ -86,6 +94,14 @@ export function renderWorkerSection(r: WorkerBenchResult): string {
     ? ` BullMQ's jobs are in ${r.durability.redis?.words ?? 'Redis'}` +
       (r.durability.redis?.durable ? '.' : '; its figures are not for the same guarantee.')
     : '';
+  const mib = (b: number) => (b / 2 ** 20).toFixed(1);
+  const [early, late] = r.heap?.readings ?? [];
+  const heap =
+    r.heap && early && late
+      ? `\nMemory over a long run: ${late.jobs} jobs through jobfleet (${r.heap.config}, one process, started with
+\`--expose-gc\`); heap used after a full GC at ${early.jobs} jobs: ${mib(early.heapBytes)} MiB, at ${late.jobs}: ${mib(late.heapBytes)} MiB
+(${late.heapBytes >= early.heapBytes ? '+' : ''}${f((late.heapBytes / early.heapBytes - 1) * 100, 1)} %). Anything kept per job processed would show as growth.\n`
+      : '';
   const skipped = r.skipped.length
     ? `\nNot in the table: ${r.skipped.map((s) => `${s.label}: ${s.why}`).join('; ')}.\n`
     : '';
@@ -110,7 +126,7 @@ the offered rate means the system's enqueue path could not keep up.
 | system | configuration | p50 (ms) | p99 (ms) | send p50 (ms) | send p99 (ms) | jobs measured | sends accepted/s |
 |---|---|---:|---:|---:|---:|---:|---:|
 ${latencyTable}
-
+${heap}
 Versions and settings; each peer is configured for throughput as its own docs describe:
 ${settings}
 

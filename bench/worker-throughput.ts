@@ -7,7 +7,8 @@
 // and collects its figures. bench/peers/ holds one module per system.
 //
 //   node --import tsx bench/worker-throughput.ts [--jobs 20000] [--runs 3]
-//        [--latency-seconds 10] [--rate 500] [--only id,id] [--match text] [--quick]
+//        [--latency-seconds 10] [--rate 500] [--heap-jobs 500000] [--only id,id]
+//        [--match text] [--quick]
 // --match keeps the rows whose label contains the text (raw amqplib always runs).
 // prints the RESULTS.md section (bench/worker-report.ts); `make bench BENCH=worker` writes it.
 import { parseArgs } from 'node:util';
@@ -23,6 +24,7 @@ import { systems } from './peers/registry.js';
 import type { Services, SystemId } from './peers/system.js';
 import {
   renderWorkerSection,
+  type HeapRun,
   type Latency,
   type ResultRow,
   type WorkerBenchOptions,
@@ -40,6 +42,7 @@ export function workerBenchOptions(argv: string[]): WorkerBenchOptions {
       rate: { type: 'string' },
       only: { type: 'string' },
       match: { type: 'string' },
+      'heap-jobs': { type: 'string' },
       quick: { type: 'boolean', default: false },
     },
   });
@@ -49,11 +52,14 @@ export function workerBenchOptions(argv: string[]): WorkerBenchOptions {
     runs: num(o.runs, o.quick ? 1 : 3),
     latencySeconds: num(o['latency-seconds'], o.quick ? 3 : 10),
     rate: num(o.rate, 500),
+    heapJobs: num(o['heap-jobs'], o.quick ? 20_000 : 500_000),
     only: typeof o.only === 'string' ? (o.only.split(',') as SystemId[]) : undefined,
     match: typeof o.match === 'string' ? o.match : undefined,
   };
   if (!(opts.jobs > 0 && opts.runs > 0 && opts.rate > 0 && opts.latencySeconds >= 2))
     throw new Error('--jobs, --runs and --rate must be positive, --latency-seconds at least 2');
+  if (!(opts.heapJobs === 0 || opts.heapJobs >= 10))
+    throw new Error('--heap-jobs: 0 (no heap run) or at least 10');
   const unknown = opts.only?.filter((id) => !(id in systems));
   if (unknown?.length)
     throw new Error(`--only: no system ${unknown.join(', ')} (${Object.keys(systems).join(', ')})`);
@@ -243,6 +249,46 @@ async function latencyOnce(
   }
 }
 
+/** The row whose heap is followed over a long run: jobfleet, one process, prefetch 64. */
+const HEAP_ROW: Row = {
+  system: 'jobfleet',
+  config: 'prefetch 64',
+  options: { prefetch: 64 },
+  processes: 1,
+};
+
+/**
+ * Heap after a tenth of the jobs and after all of them (a full GC before each
+ * reading): whatever the worker keeps per job processed shows as growth.
+ */
+async function heapOnce(jobs: number, services: Services): Promise<HeapRun> {
+  const system = systems[HEAP_ROW.system];
+  const ns = await system.prepare(services);
+  let proc: ConsumerProcess | undefined;
+  try {
+    await ns.fill(jobs);
+    proc = new ConsumerProcess(
+      {
+        system: HEAP_ROW.system,
+        target: ns.target,
+        options: HEAP_ROW.options,
+        mode: 'throughput',
+        expect: jobs,
+        heapAt: [jobs / 10, jobs],
+      },
+      timeoutMs(jobs),
+    );
+    await proc.ready;
+    proc.send({ type: 'go' });
+    const report = await proc.done;
+    await proc.exited;
+    return { config: HEAP_ROW.config, readings: report.heap ?? [] };
+  } finally {
+    proc?.kill();
+    await ns.cleanup();
+  }
+}
+
 async function postgresDurability(pgUrl: string): Promise<string> {
   const c = new pg.Client({ connectionString: pgUrl });
   await c.connect();
@@ -351,6 +397,17 @@ async function measure(
         `(${l.measured} jobs; send p50 ${l.sendP50.toFixed(1)} ms, p99 ${l.sendP99.toFixed(1)} ms)`,
     );
   }
+  const heapRun =
+    opts.heapJobs > 0 && rows.some((r) => r.system === 'jobfleet')
+      ? await heapOnce(opts.heapJobs, services).catch((err: unknown) => {
+          console.error('heap run failed:', err);
+          return undefined;
+        })
+      : undefined;
+  if (heapRun)
+    console.error(
+      `heap: ${heapRun.readings.map((h) => `${h.jobs} jobs ${(h.heapBytes / 2 ** 20).toFixed(1)} MiB`).join(', ')}`,
+    );
   const rawRow = rows.find((r) => r.system === 'raw');
   const raw = (rawRow && !failed.has(rawRow) && runs.get(rawRow)) || [];
   const skipped = [
@@ -361,6 +418,7 @@ async function measure(
     opts,
     skipped,
     durability: found.durability,
+    ...(heapRun && { heap: heapRun }),
     rows: rows
       .filter((row) => !failed.has(row))
       .map((row) =>

@@ -26,6 +26,8 @@ let firstStartedAt: number | undefined;
 let lastFinishedAt: number | undefined;
 let cpuAtFirstStart: NodeJS.CpuUsage | undefined;
 const latencies: number[] = [];
+const heap: Array<{ jobs: number; heapBytes: number }> = [];
+const heapAt = new Set(spec.heapAt);
 const idle: Array<() => void> = [];
 let expect = spec.expect;
 let reachedExpect: () => void = () => undefined;
@@ -44,6 +46,10 @@ const hooks: ConsumerHooks = {
   finished: () => {
     finished++;
     lastFinishedAt = wallMs();
+    if (heapAt.has(finished)) {
+      globalThis.gc?.();
+      heap.push({ jobs: finished, heapBytes: process.memoryUsage().heapUsed });
+    }
     if (finished >= started) for (const wake of idle.splice(0)) wake();
   },
   finishAll: () => {
@@ -94,6 +100,7 @@ const report: ChildReport = {
   lastFinishedAt,
   cpuMicros: cpu.user + cpu.system,
   latencies,
+  ...(heap.length && { heap }),
 };
 await send({ type: 'done', report });
 // Closing lets PostgreSQL backends exit (and flush their statistics) before the parent reads them.

@@ -21,10 +21,15 @@ export class ConsumerProcess {
   private timedOut = false;
 
   constructor(spec: ChildSpec, timeoutMs: number) {
-    this.proc = spawn(process.execPath, ['--import', 'tsx', childFile, JSON.stringify(spec)], {
-      cwd: repoRoot,
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
+    const gc = spec.heapAt ? ['--expose-gc'] : [];
+    this.proc = spawn(
+      process.execPath,
+      [...gc, '--import', 'tsx', childFile, JSON.stringify(spec)],
+      {
+        cwd: repoRoot,
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      },
+    );
     this.exited = new Promise((resolve) => this.proc.once('exit', (code) => resolve(code)));
     this.proc.on('error', (err) => console.error(`${spec.system} consumer process:`, err));
     const waitFor = <T>(pick: (m: ChildMessage) => T | undefined) =>

@@ -16,6 +16,8 @@ export interface ChildSpec {
   /** settle on its own once this many jobs have started; otherwise wait for the parent's settle */
   expect?: number;
   progress?: boolean;
+  /** after this many completions each, a full GC and a heap reading (the child runs with --expose-gc) */
+  heapAt?: number[];
 }
 
 export interface ChildReport {
@@ -28,6 +30,8 @@ export interface ChildReport {
   cpuMicros: number;
   /** latency mode: pairs of job number and (handler start − publish) in ms, flattened */
   latencies: number[];
+  /** heap used after a full GC, at each of the spec's heapAt counts */
+  heap?: Array<{ jobs: number; heapBytes: number }>;
 }
 
 export type ParentMessage = { type: 'go' } | { type: 'settle'; expect?: number };
