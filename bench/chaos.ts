@@ -26,6 +26,7 @@ const { values: o } = parseArgs({
     jobs: { type: 'string', default: '10000' },
     workers: { type: 'string', default: '3' },
     runs: { type: 'string', default: '2' },
+    mode: { type: 'string', default: 'both' },
     rate: { type: 'string', default: '250' },
     'kill-every': { type: 'string', default: '3' },
     timeout: { type: 'string', default: '600' },
@@ -40,9 +41,14 @@ const RATE = Number(o.rate);
 const KILL_EVERY_MS = Number(o['kill-every']) * 1000;
 const TIMEOUT_MS = Number(o.timeout) * 1000;
 const QUEUE = 'chaos';
+type Mode = 'transactional' | 'external';
+const MODES: Mode[] = o.mode === 'both' ? ['transactional', 'external'] : [o.mode as Mode];
+if (!MODES.every((m) => m === 'transactional' || m === 'external'))
+  throw new Error('--mode: transactional, external or both');
 const MAX_ATTEMPTS = 8;
 
 interface Figures {
+  mode: Mode;
   published: number;
   completed: number;
   deadLettered: number;
@@ -52,6 +58,8 @@ interface Figures {
   duplicateEffects: number;
   effectsOnDeadLettered: number;
   completedWithoutEffect: number;
+  /** external mode: keys whose downstream was called more than once (a kill between the call and its record) */
+  keysCalledAgain?: number;
   maxAttempts: number;
   retried: number;
   kills: number;
@@ -85,6 +93,7 @@ interface Proc {
 }
 
 function startWorker(env: Record<string, string>): Promise<Proc> {
+  // env carries CHAOS_MODE
   const proc = spawn(process.execPath, ['--import', 'tsx', 'bench/chaos-worker.ts'], {
     cwd: repoRoot,
     env: { ...process.env, LOG_LEVEL: process.env.JOBFLEET_CHAOS_LOG ?? 'silent', ...env },
@@ -97,7 +106,7 @@ function startWorker(env: Record<string, string>): Promise<Proc> {
   });
 }
 
-async function runOnce(runNo: number): Promise<Figures> {
+async function runOnce(runNo: number, mode: Mode): Promise<Figures> {
   const seed = o.seed ? Number(o.seed) + runNo : Date.now() % 2 ** 31;
   const random = prng(seed);
   const urls = configuredUrls();
@@ -110,9 +119,13 @@ async function runOnce(runNo: number): Promise<Figures> {
   await db.pool.query(
     `create table effects (id bigserial primary key, key text not null, attempt int, pid int,
                            at timestamptz not null default clock_timestamp());
+     create table effect_calls (like effects including all);
      create table chaos_published (key text primary key, kind text not null)`,
   );
+  // External mode: the downstream honours the idempotency key (one effect per key).
+  if (mode === 'external') await db.pool.query('create unique index on effects (key)');
   const env = {
+    CHAOS_MODE: mode,
     JOBFLEET_QUEUE: QUEUE,
     JOBFLEET_BROKER_URL: rabbit.amqpUrl,
     JOBFLEET_CLAIMS_URL: claims.toString(),
@@ -250,6 +263,7 @@ async function runOnce(runNo: number): Promise<Figures> {
   };
   const verify = await runVerify(claims.toString(), rabbit);
   const f: Figures = {
+    mode,
     published: await one('select count(*)::int as n from chaos_published'),
     completed: await one(
       `select count(*)::int as n from jobfleet_claims where state = 'completed'`,
@@ -268,6 +282,11 @@ async function runOnce(runNo: number): Promise<Figures> {
       join jobfleet_claims c using (key) where c.state = 'dead_lettered'`),
     completedWithoutEffect: await one(`select count(*)::int as n from jobfleet_claims c
       where c.state = 'completed' and not exists (select 1 from effects e where e.key = c.key)`),
+    ...(mode === 'external' && {
+      keysCalledAgain: await one(
+        'select count(*)::int as n from (select key from effect_calls group by key having count(*) > 1) d',
+      ),
+    }),
     maxAttempts: await one('select coalesce(max(attempts), 0)::int as n from jobfleet_claims'),
     retried: await one(
       `select count(distinct key)::int as n from jobfleet_acks where outcome = 'retried'`,
@@ -333,37 +352,48 @@ function healthy(f: Figures): boolean {
 }
 
 const runs: Figures[] = [];
-for (let i = 0; i < Number(o.runs); i++) {
-  const f = await runOnce(i);
-  runs.push(f);
-  console.log(
-    [
-      `run ${i + 1}: ${healthy(f) ? 'PASS' : 'FAIL'} (seed ${f.seed})`,
-      `  published ${f.published}, completed ${f.completed}, dead-lettered ${f.deadLettered} ${JSON.stringify(f.deadLetteredByClass)} (permanent jobs published: ${f.expectedPermanent})`,
-      `  lost ${f.lost}, duplicate effects ${f.duplicateEffects}, effects on dead-lettered keys ${f.effectsOnDeadLettered}, completed without effect ${f.completedWithoutEffect}`,
-      `  max attempts seen ${f.maxAttempts}, keys retried ${f.retried}`,
-      `  kills ${f.kills}, broker connections closed ${f.brokerConnectionsClosed}, PostgreSQL backends terminated ${f.pgBackendsTerminated}`,
-      `  left in work queue ${f.workQueueLeft}, held in DLQ ${f.deadLetterQueueHeld}`,
-      `  verify: exit ${f.verifyExit}, ${f.verifySummary}`,
-      `  wall time ${f.wallSeconds.toFixed(1)} s`,
-    ].join('\n'),
-  );
-}
+for (const mode of MODES)
+  for (let i = 0; i < Number(o.runs); i++) {
+    const f = await runOnce(runs.length, mode);
+    runs.push(f);
+    console.log(
+      [
+        `${mode} run ${i + 1}: ${healthy(f) ? 'PASS' : 'FAIL'} (seed ${f.seed})`,
+        `  published ${f.published}, completed ${f.completed}, dead-lettered ${f.deadLettered} ${JSON.stringify(f.deadLetteredByClass)} (permanent jobs published: ${f.expectedPermanent})`,
+        `  lost ${f.lost}, duplicate effects ${f.duplicateEffects}, effects on dead-lettered keys ${f.effectsOnDeadLettered}, completed without effect ${f.completedWithoutEffect}` +
+          (f.keysCalledAgain === undefined
+            ? ''
+            : `, keys whose downstream was called again ${f.keysCalledAgain}`),
+        `  max attempts seen ${f.maxAttempts}, keys retried ${f.retried}`,
+        `  kills ${f.kills}, broker connections closed ${f.brokerConnectionsClosed}, PostgreSQL backends terminated ${f.pgBackendsTerminated}`,
+        `  left in work queue ${f.workQueueLeft}, held in DLQ ${f.deadLetterQueueHeld}`,
+        `  verify: exit ${f.verifyExit}, ${f.verifySummary}`,
+        `  wall time ${f.wallSeconds.toFixed(1)} s`,
+      ].join('\n'),
+    );
+  }
 
 if (o.write) {
   const col = (get: (f: Figures) => string | number) => runs.map((f) => String(get(f))).join(' | ');
   const row = (name: string, get: (f: Figures) => string | number) => `| ${name} | ${col(get)} |`;
   writeSection(
     'chaos',
-    `${header('Chaos soak: kills, broker drop, PostgreSQL backend termination', `make chaos (node --import tsx bench/chaos.ts --jobs ${JOBS} --workers ${WORKERS} --runs ${runs.length} --rate ${RATE} --kill-every ${KILL_EVERY_MS / 1000} --write)`)}
+    `${header('Chaos soak: kills, broker drop, PostgreSQL backend termination', `make chaos (node --import tsx bench/chaos.ts --jobs ${JOBS} --workers ${WORKERS} --runs ${o.runs} --mode ${o.mode} --rate ${RATE} --kill-every ${KILL_EVERY_MS / 1000} --write)`)}
 ${JOBS} jobs per run published at ${RATE}/s (about 91% succeed at once, 5% fail transiently once or twice, 2% get 429
-Retry-After 1 s, 1% are permanently invalid); ${WORKERS} worker processes (bench/chaos-worker.ts, transactional mode: the effect row
-commits with the completion record), prefetch 8, lease 5 s, attempt ceiling ${MAX_ATTEMPTS}. A killer SIGKILLs a random worker
-every ${KILL_EVERY_MS / 1000} s on average and restarts it; at 30% of the publishing time every worker's broker connection is
-closed through the management API, at 60% every worker's PostgreSQL backend is terminated. A run passes when nothing is lost,
-no key has two effects, dead-lettered keys have none, completed keys have one, and \`jobfleet verify\` exits 0.
+Retry-After 1 s, 1% are permanently invalid); ${WORKERS} worker processes (bench/chaos-worker.ts), prefetch 8, lease 5 s,
+attempt ceiling ${MAX_ATTEMPTS}. A killer SIGKILLs a random worker every ${KILL_EVERY_MS / 1000} s on average and restarts it; at
+30% of the publishing time every worker's broker connection is closed through the management API, at 60% every worker's
+PostgreSQL backend is terminated. Two modes:
+- transactional: the effect row commits with the completion record (one transaction per job; claims batched). A run
+  passes when nothing is lost, no key has two effects, dead-lettered keys have none, completed keys have one, and
+  \`jobfleet verify\` exits 0.
+- external: the effect is a call to a downstream that dedupes by \`ctx.key\` (its own connection), and the completion
+  records go through group commit with the claims, acks in multiple frames: the batched path. No key can have two
+  effects there (the downstream's unique key); a run passes when nothing is lost, every completed key's effect
+  happened, dead-lettered keys have none, and \`jobfleet verify\` exits 0. A kill between the call and its record makes
+  the next owner call again: counted, not a failure (docs/worker.md, "not guaranteed").
 
-| | ${runs.map((_, i) => `run ${i + 1}`).join(' | ')} |
+| | ${runs.map((f, i) => `${f.mode} run ${i + 1 - runs.findIndex((g) => g.mode === f.mode)}`).join(' | ')} |
 |---|${runs.map(() => '---:').join('|')}|
 ${[
   row('result', (f) => (healthy(f) ? 'PASS' : 'FAIL')),
@@ -379,6 +409,7 @@ ${[
   row('**duplicate effects**', (f) => f.duplicateEffects),
   row('effects on dead-lettered keys', (f) => f.effectsOnDeadLettered),
   row('completed keys without an effect', (f) => f.completedWithoutEffect),
+  row('keys whose downstream was called again', (f) => f.keysCalledAgain ?? '—'),
   row('max attempts seen', (f) => f.maxAttempts),
   row('keys retried', (f) => f.retried),
   row('kills (SIGKILL)', (f) => f.kills),
