@@ -25,8 +25,8 @@ import {
 import {
   computeStatus,
   deadLetterDueInMs,
+  observeDeployment,
   type DeadLetterInput,
-  type DeploymentObservation,
 } from '../reconcile/status.js';
 import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.js';
 import { isSubset } from '../reconcile/subset.js';
@@ -46,7 +46,8 @@ import {
   type QueueAge,
 } from '../signals/rabbitmq.js';
 import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
-import { RolloutDriver, type RolloutPlan } from './rollouts.js';
+import type { RolloutPlan } from '../reconcile/rollout-plan.js';
+import { observeAndPlanRollout } from './rollouts.js';
 import type { ProcessResult } from './workqueue.js';
 
 /** How long a verified child without a watch is trusted before it is read again (drift repair). */
@@ -137,10 +138,7 @@ export class JobWorkerReconciler {
     { at: number; secret: (KubeObject & { data?: Record<string, string> }) | undefined }
   >();
 
-  private readonly rollouts: RolloutDriver;
-
   constructor(private readonly d: ReconcilerDeps) {
-    this.rollouts = new RolloutDriver(d.client, d.log);
     this.now = d.now ?? (() => new Date());
     this.pollMs = d.pollMs ?? 10_000;
     this.deadLetterReadMs = d.deadLetterReadMs ?? 30_000;
@@ -229,16 +227,22 @@ export class JobWorkerReconciler {
     let plan: RolloutPlan | undefined;
     let appliedReplicas = desiredReplicas;
     if (spec && problems.length === 0) {
-      plan = await this.rollouts.plan({
-        raw,
-        spec,
-        previous,
-        deployment,
-        now,
-        ageSeconds: scaling?.signalOk ? scaling.oldestAgeSeconds : undefined,
-        secrets: secrets.values,
-        prometheusUrl: this.d.prometheusUrl,
-      });
+      plan = await observeAndPlanRollout(
+        {
+          raw,
+          spec,
+          previous,
+          deployment,
+          now,
+          ageSeconds: scaling?.signalOk ? scaling.oldestAgeSeconds : undefined,
+        },
+        {
+          client: this.d.client,
+          log: this.d.log,
+          secrets: secrets.values,
+          prometheusUrl: this.d.prometheusUrl,
+        },
+      );
       history = plan.history;
       const revisionChanged =
         updateRevision !== undefined && updateRevision !== plan.targetRevision;
@@ -584,20 +588,6 @@ export class JobWorkerReconciler {
       },
     };
   }
-}
-
-function observeDeployment(d: KubeObject | undefined): DeploymentObservation | undefined {
-  if (!d) return undefined;
-  const spec = d.spec as { replicas?: number } | undefined;
-  const st = (d.status ?? {}) as Record<string, number | undefined>;
-  return {
-    generation: d.metadata.generation ?? 0,
-    observedGeneration: st.observedGeneration ?? 0,
-    replicas: spec?.replicas ?? 0,
-    readyReplicas: st.readyReplicas ?? 0,
-    updatedReplicas: st.updatedReplicas ?? 0,
-    availableReplicas: st.availableReplicas ?? 0,
-  };
 }
 
 /** Status as compared: undefined fields dropped (the server omits them). */

@@ -1,391 +1,113 @@
-// The rollout half of a JobWorker reconcile: observes what the pure rollout
-// module (src/reconcile/rollout.ts) needs — the deployed revision, its pods,
-// the schema versions seen in the queue, the queued total for an override —
-// and turns its decisions into a plan: which revision's template to apply, at
-// what replicas, and what to record in status.
+// The rollout's observer: runs the pure planner (src/reconcile/rollout-plan.ts)
+// and reads what it asks for — a revision's pods, the schema versions seen in
+// the queue, the queued total — then plans again with the answer. Every
+// decision is the planner's; this module only reads.
 import type { Logger } from 'pino';
-import { parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../api/jobworker.js';
+import type { JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
-import type { ConditionInput } from '../reconcile/conditions.js';
+import { LABEL_JOBWORKER, LABEL_REVISION } from '../reconcile/desired.js';
 import {
-  LABEL_JOBWORKER,
-  LABEL_REVISION,
-  TERMINATION_MARGIN_SECONDS,
-  contractHash,
-  deployedContract,
-  templateHash,
-} from '../reconcile/desired.js';
-import { assignRevision, type HistoryEntry } from '../reconcile/revisions.js';
-import {
-  ALLOW_KEY_RULE_CHANGE,
-  analyze,
-  gate,
-  rollbackStep,
-  type AnalysisState,
-  type Contract,
-  type RolloutStatus,
-  type Trigger,
-} from '../reconcile/rollout.js';
+  planRollout,
+  type PodFacts,
+  type RolloutAnswers,
+  type RolloutInput,
+  type RolloutNeed,
+  type RolloutPlan,
+} from '../reconcile/rollout-plan.js';
 import { fetchSeenSchemaVersions } from '../signals/prometheus.js';
 import { fetchQueuedTotal, vhostOf } from '../signals/rabbitmq.js';
 
-export interface RolloutPlan {
-  history: HistoryEntry[];
-  /** the revision the spec describes */
-  specRevision: string;
-  /** the revision being moved to (status.updateRevision) */
-  targetRevision: string;
-  /** the template to apply: this revision, from this spec */
-  deployRevision: string;
-  deploySpec: JobWorkerSpec;
-  scaleToZero: boolean;
-  status: RolloutStatus;
-  requeueMs?: number;
-  events: Array<{ type: 'Normal' | 'Warning'; reason: string; message: string }>;
-  blocked: boolean;
-}
-
-export interface PlanInput {
-  raw: KubeObject;
-  spec: JobWorkerSpec;
-  previous: JobWorkerStatus | undefined;
-  deployment: KubeObject | undefined;
-  now: Date;
-  ageSeconds: number | undefined;
+export interface RolloutReads {
+  client: KubeClient;
+  log: Logger;
   secrets: Map<string, string>;
+  /** the operator's Prometheus, when the spec names none */
   prometheusUrl?: string;
 }
 
-const revisionOf = (d: KubeObject | undefined): string | undefined =>
-  (d?.spec as { template?: { metadata?: { labels?: Record<string, string> } } } | undefined)
-    ?.template?.metadata?.labels?.[LABEL_REVISION];
+/** Every need answered at most once: a plan asks for a few things, never in a loop. */
+const MAX_ROUNDS = 6;
 
-function contractOf(e: HistoryEntry | undefined): Contract | undefined {
-  if (!e) return undefined;
-  if (e.keyRule && e.schemaVersions)
-    return { keyRule: e.keyRule, schemaVersions: e.schemaVersions };
-  const p = e.spec ? parseSpec(e.spec) : undefined;
-  return p?.ok
-    ? { keyRule: p.spec.contract.idempotencyKey, schemaVersions: p.spec.contract.schemaVersions }
-    : undefined;
+export async function observeAndPlanRollout(
+  input: Omit<RolloutInput, 'answers'>,
+  reads: RolloutReads,
+): Promise<RolloutPlan> {
+  const answers: RolloutAnswers = {};
+  for (let round = 0; round < MAX_ROUNDS; round++) {
+    const r = planRollout({ ...input, answers });
+    if (!('need' in r)) return r;
+    await answer(r.need, answers, input, reads);
+  }
+  throw new Error('rollout planner kept asking for observations (a bug): giving up this reconcile');
 }
 
-/** The Deployment runs `revision` on every replica it wants, all ready. */
-function rolledOutAt(d: KubeObject | undefined, revision: string): boolean {
-  if (!d || revisionOf(d) !== revision) return false;
-  const want = (d.spec as { replicas?: number }).replicas ?? 0;
-  const st = (d.status ?? {}) as Record<string, number | undefined>;
-  return (
-    (st.observedGeneration ?? 0) >= (d.metadata.generation ?? 0) &&
-    (st.updatedReplicas ?? 0) >= want &&
-    (st.readyReplicas ?? 0) >= want &&
-    (st.replicas ?? 0) === want
-  );
+async function answer(
+  need: RolloutNeed,
+  answers: RolloutAnswers,
+  { raw, spec }: Omit<RolloutInput, 'answers'>,
+  reads: RolloutReads,
+): Promise<void> {
+  const namespace = raw.metadata.namespace as string;
+  const name = raw.metadata.name;
+  switch (need.kind) {
+    case 'pods':
+      answers.pods = {
+        ...answers.pods,
+        [need.revision]: await pods(reads.client, namespace, name, need.revision),
+      };
+      return;
+    case 'seenVersions':
+      answers.seenVersions = await seenVersions(reads, spec, namespace, name);
+      return;
+    case 'queued':
+      answers.queued = await queued(reads.secrets, spec.broker.queue);
+      return;
+  }
 }
 
-export class RolloutDriver {
-  constructor(
-    private readonly client: KubeClient,
-    private readonly log: Logger,
-  ) {}
-
-  async plan(i: PlanInput): Promise<RolloutPlan> {
-    const { raw, spec, previous, now } = i;
-    const name = raw.metadata.name;
-    const namespace = raw.metadata.namespace as string;
-    const events: RolloutPlan['events'] = [];
-    const jw = { ...raw, spec } as unknown as Parameters<typeof templateHash>[0];
-    const assigned = assignRevision(
-      previous?.history ?? [],
-      {
-        templateHash: templateHash(jw),
-        image: spec.image,
-        contractHash: contractHash(spec),
-        keyRule: spec.contract.idempotencyKey,
-        schemaVersions: spec.contract.schemaVersions,
-        spec: JSON.parse(JSON.stringify(raw.spec)) as Record<string, unknown>,
-      },
-      now,
-      spec.rollout.historyLimit,
-      [
-        revisionOf(i.deployment),
-        previous?.currentRevision,
-        previous?.updateRevision,
-        previous?.rollout?.from,
-        previous?.rollout?.to,
-      ],
-    );
-    const history = assigned.history;
-    const specRevision = assigned.revision;
-    const entry = (rev: string) => history.find((h) => h.revision === rev);
-    const deployed = revisionOf(i.deployment);
-    let state = previous?.rollout;
-    // A revision rolled back automatically stays off until the spec changes.
-    let aborted = previous?.abortedRevision === specRevision ? previous.abortedRevision : undefined;
-
-    let target = state?.to ?? (aborted ? (previous?.lastRollback?.to ?? deployed) : specRevision);
-    target ??= specRevision;
-    let trigger: Trigger = 'SpecReverted';
-    let triggerReason: string | undefined;
-
-    // Automatic rollback: watch a new revision for rising age (or crash loops).
-    let analysis: AnalysisState | undefined;
-    const stable =
-      previous?.analysis?.revision === target
-        ? previous.analysis.stable
-        : previous?.currentRevision !== target
-          ? previous?.currentRevision
-          : undefined;
-    if (
-      !state &&
-      !aborted &&
-      target === specRevision &&
-      stable &&
-      Number(target) > Number(stable)
-    ) {
-      const crashLooping = await this.crashLooping(namespace, name, target);
-      const a = analyze({
-        now,
-        state: previous?.analysis,
-        autoRollback: spec.rollout.autoRollback,
-        analysisSeconds: spec.rollout.analysisSeconds,
-        objectiveSeconds: spec.scaling.targetOldestAgeSeconds,
-        revision: target,
-        stable,
-        ageSeconds: i.ageSeconds,
-        crashLooping,
-      });
-      analysis = a.state;
-      if (a.rollback) {
-        aborted = target;
-        target = a.rollback.to;
-        trigger = 'AutoRollback';
-        triggerReason = a.rollback.reason;
-      }
-    }
-
-    // The gate: nothing incompatible starts consuming, forward or back.
-    let blocked = false;
-    const conditions: ConditionInput[] = [];
-    // A Deployment deleted by hand is recreated at the revision that ran, not
-    // at whatever the spec says now: the gate compares against that one.
-    const runningRevision = deployed ?? previous?.currentRevision;
-    if (!state && runningRevision && target !== runningRevision) {
-      // What runs is read from the live Deployment, not from our own records.
-      const running = deployedContract(i.deployment) ?? contractOf(entry(runningRevision));
-      const candidate = contractOf(entry(target));
-      if (!running || !candidate) {
-        // A gate that cannot compare must not pass: nothing changes until it can.
-        blocked = true;
-        const message = `Revision ${target} cannot be checked against revision ${runningRevision}: the ${running ? `contract of revision ${target}` : `contract revision ${runningRevision} runs`} is unknown (not in the Deployment's pod template nor in status.history). The running revision stays; re-apply its spec, or set the change again so that a new revision records its contract.`;
-        conditions.push({
-          type: 'RolloutBlocked',
-          status: 'True',
-          reason: 'ContractUnknown',
-          message,
-        });
-        events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
-        target = runningRevision;
-        analysis = undefined;
-      } else {
-        const override = raw.metadata.annotations?.[ALLOW_KEY_RULE_CHANGE];
-        const g = gate({
-          kind: Number(target) < Number(runningRevision) ? 'rollback' : 'rollout',
-          runningRevision,
-          running,
-          candidateRevision: target,
-          candidate,
-          producerVersions: spec.contract.producerVersions,
-          observedVersions: await this.seenVersions(
-            i.prometheusUrl ?? spec.scaling.prometheusUrl,
-            namespace,
-            name,
-          ),
-          override,
-          queuedMessages:
-            override && running.keyRule !== candidate.keyRule
-              ? await this.queued(i.secrets, spec.broker.queue)
-              : undefined,
-        });
-        if (!g.ok) {
-          blocked = true;
-          conditions.push({
-            type: 'RolloutBlocked',
-            status: 'True',
-            reason: g.reason,
-            message: g.message,
-          });
-          events.push({ type: 'Warning', reason: 'RolloutBlocked', message: g.message });
-          target = runningRevision;
-          aborted = previous?.abortedRevision === specRevision ? aborted : undefined;
-          analysis = undefined;
-        } else if (g.overrideUsed) {
-          const who = annotationManager(raw, ALLOW_KEY_RULE_CHANGE);
-          events.push({
-            type: 'Warning',
-            reason: 'KeyRuleChangeAllowed',
-            message: `The idempotency-key rule changes from "${running.keyRule}" to "${candidate.keyRule}" with the queues empty, allowed by ${who ?? 'an unknown manager'}: "${g.overrideUsed}".`,
-          });
-        }
-      }
-    }
-    if (!blocked)
-      conditions.push({
-        type: 'RolloutBlocked',
-        status: 'False',
-        reason: 'Compatible',
-        message: 'No incompatible change is pending.',
-      });
-
-    const isRollback =
-      !state && !!deployed && target !== deployed && Number(target) < Number(deployed);
-    const oldPods =
-      state?.phase === 'Draining' ? await this.pods(namespace, name, state.from) : undefined;
-    const step = rollbackStep({
-      now,
-      state,
-      deployedRevision: deployed,
-      targetRevision: target,
-      isRollback,
-      trigger,
-      triggerReason,
-      drainSeconds: spec.shutdown.drainDeadlineSeconds + TERMINATION_MARGIN_SECONDS,
-      verifySeconds: spec.rollout.verifySeconds,
-      objectiveSeconds: spec.scaling.targetOldestAgeSeconds,
-      oldPods: oldPods?.length,
-      restored: state?.phase === 'Restoring' ? rolledOutAt(i.deployment, state.to) : false,
-      ageSeconds: i.ageSeconds,
-    });
-    if (step.event) events.push(step.event);
-    conditions.push(...step.conditions);
-    state = step.state;
-    if (state) analysis = undefined;
-
-    const lastRollback =
-      step.finished ??
-      (previous?.lastRollback && previous.lastRollback.to === target && !state
-        ? previous.lastRollback
-        : undefined);
-    let progressing: ConditionInput | undefined;
-    let degraded: ConditionInput | undefined;
-    if (state) {
-      progressing = {
-        type: 'Progressing',
-        status: 'True',
-        reason: 'RollingBack',
-        message: `Rolling back from revision ${state.from} to ${state.to}: ${state.phase.toLowerCase()}.`,
-      };
-    } else if (lastRollback && rolledOutAt(i.deployment, lastRollback.to)) {
-      progressing = {
-        type: 'Progressing',
-        status: 'False',
-        reason: 'RollbackComplete',
-        message: lastRollback.message,
-      };
-      if (lastRollback.result === 'NotRecovering')
-        degraded = {
-          type: 'Degraded',
-          status: 'True',
-          reason: 'RollbackNotRecovering',
-          message: lastRollback.message,
-        };
-    }
-    if (!state && !conditions.some((c) => c.type === 'Draining'))
-      conditions.push({
-        type: 'Draining',
-        status: 'False',
-        reason: 'NotDraining',
-        message: 'No drain is in progress.',
-      });
-    if (aborted && !state && step.finished?.trigger === 'AutoRollback')
-      events.push({
-        type: 'Warning',
-        reason: 'RevisionAborted',
-        message: `Revision ${aborted} stays off after its automatic rollback: change the spec (a new revision) to roll forward again.`,
-      });
-
-    const deployRevision = step.deploy.revision;
-    const deploySpec =
-      deployRevision === specRevision ? spec : (this.specOf(entry(deployRevision)) ?? spec);
-    return {
-      history,
-      specRevision,
-      targetRevision: state?.to ?? target,
-      deployRevision,
-      deploySpec,
-      scaleToZero: step.deploy.scaleToZero,
-      status: {
-        rollout: state,
-        lastRollback,
-        analysis,
-        abortedRevision: aborted,
-        conditions,
-        progressing,
-        degraded,
-        rollingBack: !!state,
-      },
-      requeueMs: step.requeueMs ?? (analysis ? 5000 : undefined),
-      events,
-      blocked,
-    };
-  }
-
-  private specOf(e: HistoryEntry | undefined): JobWorkerSpec | undefined {
-    const p = e?.spec ? parseSpec(e.spec) : undefined;
-    return p?.ok ? p.spec : undefined;
-  }
-
-  private async pods(namespace: string, name: string, revision: string): Promise<KubeObject[]> {
-    const list = await this.client.list<KubeObject>('v1', 'Pod', namespace, {
-      labelSelector: `${LABEL_JOBWORKER}=${name},${LABEL_REVISION}=${revision}`,
-    });
-    return list.items;
-  }
-
-  private async crashLooping(namespace: string, name: string, revision: string): Promise<boolean> {
-    const pods = await this.pods(namespace, name, revision);
-    return pods.some((p) =>
-      (
+async function pods(
+  client: KubeClient,
+  namespace: string,
+  name: string,
+  revision: string,
+): Promise<PodFacts[]> {
+  const list = await client.list<KubeObject>('v1', 'Pod', namespace, {
+    labelSelector: `${LABEL_JOBWORKER}=${name},${LABEL_REVISION}=${revision}`,
+  });
+  return list.items.map((p) => ({
+    restarts: Math.max(
+      0,
+      ...(
         (p.status as { containerStatuses?: Array<{ restartCount?: number }> } | undefined)
           ?.containerStatuses ?? []
-      ).some((c) => (c.restartCount ?? 0) >= 3),
-    );
-  }
+      ).map((c) => c.restartCount ?? 0),
+    ),
+  }));
+}
 
-  private async seenVersions(
-    prometheusUrl: string | undefined,
-    namespace: string,
-    name: string,
-  ): Promise<number[] | undefined> {
-    if (!prometheusUrl) return undefined;
-    try {
-      return await fetchSeenSchemaVersions(prometheusUrl, namespace, name);
-    } catch (err) {
-      this.log.warn({ err: (err as Error).message }, 'schema versions seen: Prometheus unreadable');
-      return undefined;
-    }
-  }
-
-  private async queued(secrets: Map<string, string>, queue: string): Promise<number | undefined> {
-    const mgmt = secrets.get('spec.broker.managementUrlSecretRef');
-    const amqpUrl = secrets.get('spec.broker.urlSecretRef');
-    if (!mgmt || !amqpUrl) return undefined;
-    try {
-      return await fetchQueuedTotal(mgmt, vhostOf(amqpUrl), queue);
-    } catch {
-      return undefined;
-    }
+async function seenVersions(
+  reads: RolloutReads,
+  spec: JobWorkerSpec,
+  namespace: string,
+  name: string,
+): Promise<number[] | undefined> {
+  const url = reads.prometheusUrl ?? spec.scaling.prometheusUrl;
+  if (!url) return undefined;
+  try {
+    return await fetchSeenSchemaVersions(url, namespace, name);
+  } catch (err) {
+    reads.log.warn({ err: (err as Error).message }, 'schema versions seen: Prometheus unreadable');
+    return undefined;
   }
 }
 
-/** Who set an annotation: the field manager that owns it in managedFields. */
-function annotationManager(raw: KubeObject, annotation: string): string | undefined {
-  const fields = raw.metadata.managedFields as
-    | Array<{
-        manager?: string;
-        fieldsV1?: { 'f:metadata'?: { 'f:annotations'?: Record<string, unknown> } };
-      }>
-    | undefined;
-  return fields?.find((f) => f.fieldsV1?.['f:metadata']?.['f:annotations']?.[`f:${annotation}`])
-    ?.manager;
+async function queued(secrets: Map<string, string>, queue: string): Promise<number | undefined> {
+  const mgmt = secrets.get('spec.broker.managementUrlSecretRef');
+  const amqpUrl = secrets.get('spec.broker.urlSecretRef');
+  if (!mgmt || !amqpUrl) return undefined;
+  try {
+    return await fetchQueuedTotal(mgmt, vhostOf(amqpUrl), queue);
+  } catch {
+    return undefined;
+  }
 }

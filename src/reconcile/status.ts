@@ -2,10 +2,14 @@
 // what the reconcile did. Written once per reconcile, and only when it changed.
 import type { Condition, JobWorkerStatus } from '../api/jobworker.js';
 import { phaseOf, setCondition, type ConditionInput } from './conditions.js';
+import type { KubeObject } from '../kube/client.js';
+import { LABEL_REVISION } from './desired.js';
 import type { HistoryEntry } from './revisions.js';
 import type { RolloutStatus } from './rollout.js';
 
 export interface DeploymentObservation {
+  /** the revision its pod template carries */
+  revision: string | undefined;
   generation: number;
   observedGeneration: number;
   replicas: number;
@@ -114,8 +118,11 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     });
   }
 
+  // Rolled out: the Deployment runs the revision being moved to. A rollback
+  // drains the old revision at 0 replicas first: that is not the new one running.
   const rolledOut =
     !!d &&
+    d.revision === i.updateRevision &&
     d.observedGeneration >= d.generation &&
     d.updatedReplicas >= d.replicas &&
     d.readyReplicas >= d.replicas &&
@@ -244,4 +251,22 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
 
 function dropUndefined<T extends object>(o: T): T {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+}
+
+/** What status needs of the live Deployment. */
+export function observeDeployment(d: KubeObject | undefined): DeploymentObservation | undefined {
+  if (!d) return undefined;
+  const spec = d.spec as
+    | { replicas?: number; template?: { metadata?: { labels?: Record<string, string> } } }
+    | undefined;
+  const st = (d.status ?? {}) as Record<string, number | undefined>;
+  return {
+    revision: spec?.template?.metadata?.labels?.[LABEL_REVISION],
+    generation: d.metadata.generation ?? 0,
+    observedGeneration: st.observedGeneration ?? 0,
+    replicas: spec?.replicas ?? 0,
+    readyReplicas: st.readyReplicas ?? 0,
+    updatedReplicas: st.updatedReplicas ?? 0,
+    availableReplicas: st.availableReplicas ?? 0,
+  };
 }

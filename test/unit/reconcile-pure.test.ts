@@ -217,6 +217,7 @@ describe('status', () => {
     const s = computeStatus({
       ...base,
       deployment: {
+        revision: '1',
         generation: 1,
         observedGeneration: 1,
         replicas: 2,
@@ -231,6 +232,25 @@ describe('status', () => {
       currentRevision: '1',
       readyReplicas: 2,
     });
+  });
+
+  it('a rollback draining revision 2 at 0 replicas has not rolled out revision 1', () => {
+    const s = computeStatus({
+      ...base,
+      previous: { currentRevision: '2' },
+      appliedReplicas: 0,
+      deployment: {
+        revision: '2',
+        generation: 4,
+        observedGeneration: 4,
+        replicas: 0,
+        readyReplicas: 0,
+        updatedReplicas: 0,
+        availableReplicas: 0,
+      },
+    });
+    expect(s.currentRevision).toBe('2');
+    expect(s.conditions?.find((c) => c.type === 'Progressing')?.status).toBe('True');
   });
 
   it('is Degraded, naming the problem, and identical when recomputed from itself (no write)', () => {

@@ -1,0 +1,357 @@
+// The rollout half of a JobWorker reconcile, pure: from what was observed
+// (the JobWorker, its Deployment, the status it wrote last) to which
+// revision's template to apply, at what replicas, and what to record in
+// status — through the gate, the automatic-rollback analysis and the
+// fixed-order rollback of ./rollout.ts. A few observations cost a call and
+// matter only in some states (a revision's pods, the schema versions seen in
+// the queue, the queued total for an override): when it needs one it has not
+// been given, it says so (`need`), and the caller reads it and plans again.
+import { parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../api/jobworker.js';
+import type { KubeObject } from '../kube/client.js';
+import type { ConditionInput } from './conditions.js';
+import {
+  LABEL_REVISION,
+  TERMINATION_MARGIN_SECONDS,
+  contractHash,
+  deployedContract,
+  templateHash,
+} from './desired.js';
+import { assignRevision, type HistoryEntry } from './revisions.js';
+import {
+  ALLOW_KEY_RULE_CHANGE,
+  analyze,
+  gate,
+  rollbackStep,
+  type AnalysisState,
+  type Contract,
+  type RolloutStatus,
+  type Trigger,
+} from './rollout.js';
+
+/** A pod restarting this often is crash-looping: an automatic rollback's trigger. */
+export const CRASH_LOOP_RESTARTS = 3;
+
+export interface PodFacts {
+  /** the highest restart count among its containers */
+  restarts: number;
+}
+
+/** An observation the plan needs in this state and was not given. */
+export type RolloutNeed =
+  { kind: 'pods'; revision: string } | { kind: 'seenVersions' } | { kind: 'queued' };
+
+/** What the caller read because a plan asked (`need`); a key present with undefined: unreadable. */
+export interface RolloutAnswers {
+  /** pods of a revision that still exist (Terminating ones included) */
+  pods?: Record<string, PodFacts[]>;
+  /** schema versions seen in the queue recently (jobfleet_schema_version_seen_total) */
+  seenVersions?: number[] | undefined;
+  /** messages in the work queue and its retry queues */
+  queued?: number | undefined;
+}
+
+export interface RolloutInput {
+  raw: KubeObject;
+  spec: JobWorkerSpec;
+  previous: JobWorkerStatus | undefined;
+  deployment: KubeObject | undefined;
+  now: Date;
+  ageSeconds: number | undefined;
+  answers: RolloutAnswers;
+}
+
+export interface RolloutPlan {
+  history: HistoryEntry[];
+  /** the revision the spec describes */
+  specRevision: string;
+  /** the revision being moved to (status.updateRevision) */
+  targetRevision: string;
+  /** the template to apply: this revision, from this spec */
+  deployRevision: string;
+  deploySpec: JobWorkerSpec;
+  scaleToZero: boolean;
+  status: RolloutStatus;
+  requeueMs?: number;
+  events: Array<{ type: 'Normal' | 'Warning'; reason: string; message: string }>;
+  blocked: boolean;
+}
+
+export const revisionOf = (d: KubeObject | undefined): string | undefined =>
+  (d?.spec as { template?: { metadata?: { labels?: Record<string, string> } } } | undefined)
+    ?.template?.metadata?.labels?.[LABEL_REVISION];
+
+function contractOf(e: HistoryEntry | undefined): Contract | undefined {
+  if (!e) return undefined;
+  if (e.keyRule && e.schemaVersions)
+    return { keyRule: e.keyRule, schemaVersions: e.schemaVersions };
+  const p = e.spec ? parseSpec(e.spec) : undefined;
+  return p?.ok
+    ? { keyRule: p.spec.contract.idempotencyKey, schemaVersions: p.spec.contract.schemaVersions }
+    : undefined;
+}
+
+function specOf(e: HistoryEntry | undefined): JobWorkerSpec | undefined {
+  const p = e?.spec ? parseSpec(e.spec) : undefined;
+  return p?.ok ? p.spec : undefined;
+}
+
+/** The Deployment runs `revision` on every replica it wants, all ready. */
+function rolledOutAt(d: KubeObject | undefined, revision: string): boolean {
+  if (!d || revisionOf(d) !== revision) return false;
+  const want = (d.spec as { replicas?: number }).replicas ?? 0;
+  const st = (d.status ?? {}) as Record<string, number | undefined>;
+  return (
+    (st.observedGeneration ?? 0) >= (d.metadata.generation ?? 0) &&
+    (st.updatedReplicas ?? 0) >= want &&
+    (st.readyReplicas ?? 0) >= want &&
+    (st.replicas ?? 0) === want
+  );
+}
+
+/** Who set an annotation: the field manager that owns it in managedFields. */
+function annotationManager(raw: KubeObject, annotation: string): string | undefined {
+  const fields = raw.metadata.managedFields as
+    | Array<{
+        manager?: string;
+        fieldsV1?: { 'f:metadata'?: { 'f:annotations'?: Record<string, unknown> } };
+      }>
+    | undefined;
+  return fields?.find((f) => f.fieldsV1?.['f:metadata']?.['f:annotations']?.[`f:${annotation}`])
+    ?.manager;
+}
+
+export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed } {
+  const { raw, spec, previous, now } = i;
+  const a = i.answers;
+  const events: RolloutPlan['events'] = [];
+  const jw = { ...raw, spec } as unknown as Parameters<typeof templateHash>[0];
+  const assigned = assignRevision(
+    previous?.history ?? [],
+    {
+      templateHash: templateHash(jw),
+      image: spec.image,
+      contractHash: contractHash(spec),
+      keyRule: spec.contract.idempotencyKey,
+      schemaVersions: spec.contract.schemaVersions,
+      spec: JSON.parse(JSON.stringify(raw.spec)) as Record<string, unknown>,
+    },
+    now,
+    spec.rollout.historyLimit,
+    [
+      revisionOf(i.deployment),
+      previous?.currentRevision,
+      previous?.updateRevision,
+      previous?.rollout?.from,
+      previous?.rollout?.to,
+    ],
+  );
+  const history = assigned.history;
+  const specRevision = assigned.revision;
+  const entry = (rev: string) => history.find((h) => h.revision === rev);
+  const deployed = revisionOf(i.deployment);
+  let state = previous?.rollout;
+  // A revision rolled back automatically stays off until the spec changes.
+  let aborted = previous?.abortedRevision === specRevision ? previous.abortedRevision : undefined;
+
+  let target = state?.to ?? (aborted ? (previous?.lastRollback?.to ?? deployed) : specRevision);
+  target ??= specRevision;
+  let trigger: Trigger = 'SpecReverted';
+  let triggerReason: string | undefined;
+
+  // Automatic rollback: watch a new revision for rising age (or crash loops).
+  let analysis: AnalysisState | undefined;
+  const stable =
+    previous?.analysis?.revision === target
+      ? previous.analysis.stable
+      : previous?.currentRevision !== target
+        ? previous?.currentRevision
+        : undefined;
+  if (!state && !aborted && target === specRevision && stable && Number(target) > Number(stable)) {
+    const pods = a.pods?.[target];
+    if (!pods) return { need: { kind: 'pods', revision: target } };
+    const crashLooping = pods.some((p) => p.restarts >= CRASH_LOOP_RESTARTS);
+    const analysis_ = analyze({
+      now,
+      state: previous?.analysis,
+      autoRollback: spec.rollout.autoRollback,
+      analysisSeconds: spec.rollout.analysisSeconds,
+      objectiveSeconds: spec.scaling.targetOldestAgeSeconds,
+      revision: target,
+      stable,
+      ageSeconds: i.ageSeconds,
+      crashLooping,
+    });
+    analysis = analysis_.state;
+    if (analysis_.rollback) {
+      aborted = target;
+      target = analysis_.rollback.to;
+      trigger = 'AutoRollback';
+      triggerReason = analysis_.rollback.reason;
+    }
+  }
+
+  // The gate: nothing incompatible starts consuming, forward or back.
+  let blocked = false;
+  const conditions: ConditionInput[] = [];
+  // A Deployment deleted by hand is recreated at the revision that ran, not
+  // at whatever the spec says now: the gate compares against that one.
+  const runningRevision = deployed ?? previous?.currentRevision;
+  if (!state && runningRevision && target !== runningRevision) {
+    // What runs is read from the live Deployment, not from our own records.
+    const running = deployedContract(i.deployment) ?? contractOf(entry(runningRevision));
+    const candidate = contractOf(entry(target));
+    if (!running || !candidate) {
+      // A gate that cannot compare must not pass: nothing changes until it can.
+      blocked = true;
+      const message = `Revision ${target} cannot be checked against revision ${runningRevision}: the ${running ? `contract of revision ${target}` : `contract revision ${runningRevision} runs`} is unknown (not in the Deployment's pod template nor in status.history). The running revision stays; re-apply its spec, or set the change again so that a new revision records its contract.`;
+      conditions.push({
+        type: 'RolloutBlocked',
+        status: 'True',
+        reason: 'ContractUnknown',
+        message,
+      });
+      events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
+      target = runningRevision;
+      analysis = undefined;
+    } else {
+      const override = raw.metadata.annotations?.[ALLOW_KEY_RULE_CHANGE];
+      if (!('seenVersions' in a)) return { need: { kind: 'seenVersions' } };
+      const keyRuleChanges = running.keyRule !== candidate.keyRule;
+      if (override && keyRuleChanges && !('queued' in a)) return { need: { kind: 'queued' } };
+      const g = gate({
+        kind: Number(target) < Number(runningRevision) ? 'rollback' : 'rollout',
+        runningRevision,
+        running,
+        candidateRevision: target,
+        candidate,
+        producerVersions: spec.contract.producerVersions,
+        observedVersions: a.seenVersions,
+        override,
+        queuedMessages: override && keyRuleChanges ? a.queued : undefined,
+      });
+      if (!g.ok) {
+        blocked = true;
+        conditions.push({
+          type: 'RolloutBlocked',
+          status: 'True',
+          reason: g.reason,
+          message: g.message,
+        });
+        events.push({ type: 'Warning', reason: 'RolloutBlocked', message: g.message });
+        target = runningRevision;
+        aborted = previous?.abortedRevision === specRevision ? aborted : undefined;
+        analysis = undefined;
+      } else if (g.overrideUsed) {
+        const who = annotationManager(raw, ALLOW_KEY_RULE_CHANGE);
+        events.push({
+          type: 'Warning',
+          reason: 'KeyRuleChangeAllowed',
+          message: `The idempotency-key rule changes from "${running.keyRule}" to "${candidate.keyRule}" with the queues empty, allowed by ${who ?? 'an unknown manager'}: "${g.overrideUsed}".`,
+        });
+      }
+    }
+  }
+  if (!blocked)
+    conditions.push({
+      type: 'RolloutBlocked',
+      status: 'False',
+      reason: 'Compatible',
+      message: 'No incompatible change is pending.',
+    });
+
+  const isRollback =
+    !state && !!deployed && target !== deployed && Number(target) < Number(deployed);
+  let oldPods: number | undefined;
+  if (state?.phase === 'Draining') {
+    const pods = a.pods?.[state.from];
+    if (!pods) return { need: { kind: 'pods', revision: state.from } };
+    oldPods = pods.length;
+  }
+  const step = rollbackStep({
+    now,
+    state,
+    deployedRevision: deployed,
+    targetRevision: target,
+    isRollback,
+    trigger,
+    triggerReason,
+    drainSeconds: spec.shutdown.drainDeadlineSeconds + TERMINATION_MARGIN_SECONDS,
+    verifySeconds: spec.rollout.verifySeconds,
+    objectiveSeconds: spec.scaling.targetOldestAgeSeconds,
+    oldPods,
+    restored: state?.phase === 'Restoring' ? rolledOutAt(i.deployment, state.to) : false,
+    ageSeconds: i.ageSeconds,
+  });
+  if (step.event) events.push(step.event);
+  conditions.push(...step.conditions);
+  state = step.state;
+  if (state) analysis = undefined;
+
+  const lastRollback =
+    step.finished ??
+    (previous?.lastRollback && previous.lastRollback.to === target && !state
+      ? previous.lastRollback
+      : undefined);
+  let progressing: ConditionInput | undefined;
+  let degraded: ConditionInput | undefined;
+  if (state) {
+    progressing = {
+      type: 'Progressing',
+      status: 'True',
+      reason: 'RollingBack',
+      message: `Rolling back from revision ${state.from} to ${state.to}: ${state.phase.toLowerCase()}.`,
+    };
+  } else if (lastRollback && rolledOutAt(i.deployment, lastRollback.to)) {
+    progressing = {
+      type: 'Progressing',
+      status: 'False',
+      reason: 'RollbackComplete',
+      message: lastRollback.message,
+    };
+    if (lastRollback.result === 'NotRecovering')
+      degraded = {
+        type: 'Degraded',
+        status: 'True',
+        reason: 'RollbackNotRecovering',
+        message: lastRollback.message,
+      };
+  }
+  if (!state && !conditions.some((c) => c.type === 'Draining'))
+    conditions.push({
+      type: 'Draining',
+      status: 'False',
+      reason: 'NotDraining',
+      message: 'No drain is in progress.',
+    });
+  if (aborted && !state && step.finished?.trigger === 'AutoRollback')
+    events.push({
+      type: 'Warning',
+      reason: 'RevisionAborted',
+      message: `Revision ${aborted} stays off after its automatic rollback: change the spec (a new revision) to roll forward again.`,
+    });
+
+  const deployRevision = step.deploy.revision;
+  const deploySpec =
+    deployRevision === specRevision ? spec : (specOf(entry(deployRevision)) ?? spec);
+  return {
+    history,
+    specRevision,
+    targetRevision: state?.to ?? target,
+    deployRevision,
+    deploySpec,
+    scaleToZero: step.deploy.scaleToZero,
+    status: {
+      rollout: state,
+      lastRollback,
+      analysis,
+      abortedRevision: aborted,
+      conditions,
+      progressing,
+      degraded,
+      rollingBack: !!state,
+    },
+    requeueMs: step.requeueMs ?? (analysis ? 5000 : undefined),
+    events,
+    blocked,
+  };
+}

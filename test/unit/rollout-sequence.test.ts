@@ -1,0 +1,533 @@
+// Rollout sequence tests (after cluster-api's machinedeployment rollout
+// sequence tests): the pure planner (src/reconcile/rollout-plan.ts) and the
+// status it feeds drive a small simulated world — a Deployment that rolls
+// pods with maxSurge 25% / maxUnavailable 0, pods that start, become ready,
+// drain for a while when terminated, or crash-loop — one simulated second at
+// a time, with the simulated controllers in a fixed order or a seeded random
+// one. Every step checks what users rely on:
+//   1. no revision the gate would refuse ever gets a consuming pod;
+//   2. in a rollback, no pod of the restored revision consumes while a pod
+//      of the aborted one still exists (unless the drain deadline passed);
+//   3. a drain ends by its deadline, and pods get the drain deadline to exit;
+//   4. status is consistent: observedGeneration, currentRevision names the
+//      revision whose pods run, and a Healthy phase means nothing pending;
+//   5. an operator restart (or a lost and regained leadership) at any step —
+//      reconciles missed, then a fresh one — ends the same way.
+import { describe, expect, it } from 'vitest';
+import { parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../../src/api/jobworker.js';
+import type { KubeObject } from '../../src/kube/client.js';
+import { deployedContract, desiredDeployment } from '../../src/reconcile/desired.js';
+import {
+  planRollout,
+  revisionOf,
+  type RolloutAnswers,
+  type RolloutPlan,
+} from '../../src/reconcile/rollout-plan.js';
+import { gate, type Contract } from '../../src/reconcile/rollout.js';
+import { computeStatus, observeDeployment } from '../../src/reconcile/status.js';
+
+const REPLICAS = 2;
+const START_S = 2; // a pod is ready this long after it is created
+const DRAIN_S = 4; // a terminated worker finishes its in-flight jobs in this long
+
+interface Pod {
+  id: number;
+  revision: string;
+  contract: Contract;
+  createdAt: number;
+  terminatingAt?: number;
+  /** ready (consuming) unless terminating */
+  ready: boolean;
+  crashLoop: boolean;
+  restarts: number;
+  /** how long it takes to exit once terminated (a worker stuck in a handler takes longer) */
+  drainS: number;
+}
+
+interface Scenario {
+  historyLimit?: number;
+  /** the queue's oldest-message age at simulated second t */
+  age?: (t: number) => number;
+  /** revisions whose pods crash-loop */
+  crashLoops?: string[];
+  /** pods that ignore SIGTERM until the grace period ends */
+  stuckDrain?: boolean;
+  seed?: number;
+  /** seconds during which the operator does not reconcile (restart, lost leadership) */
+  operatorDown?: (t: number) => boolean;
+}
+
+function specJson(
+  overrides: { keyRule?: string; schemaVersions?: number[]; image?: string } = {},
+  historyLimit = 10,
+) {
+  return {
+    image: overrides.image ?? 'registry.example.com/w:1',
+    broker: { urlSecretRef: { name: 'r', key: 'url' }, queue: 'q' },
+    claims: { urlSecretRef: { name: 'c', key: 'url' } },
+    contract: {
+      idempotencyKey: overrides.keyRule ?? 'order:{id}',
+      schemaVersions: overrides.schemaVersions ?? [1],
+    },
+    deadLetter: { owner: 'team' },
+    scaling: { minReplicas: REPLICAS, maxReplicas: REPLICAS, targetOldestAgeSeconds: 30 },
+    shutdown: { drainDeadlineSeconds: 10 },
+    rollout: { historyLimit, analysisSeconds: 120, verifySeconds: 60 },
+  };
+}
+
+/** mulberry32 */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+class World {
+  t = 0;
+  generation = 1;
+  spec: Record<string, unknown>;
+  status: JobWorkerStatus | undefined;
+  deployment: KubeObject | undefined;
+  pods: Pod[] = [];
+  private nextPod = 1;
+  private readonly random: () => number;
+  readonly violations: string[] = [];
+  /** every revision that ever had a consuming pod, with the contract it ran */
+  readonly consumed = new Map<string, Contract>();
+  /** the revision whose pods consumed most recently, and its contract */
+  private running: { revision: string; contract: Contract } | undefined;
+  lastPlan: RolloutPlan | undefined;
+
+  constructor(
+    spec: Record<string, unknown>,
+    private readonly sc: Scenario = {},
+  ) {
+    this.spec = spec;
+    this.random = prng(sc.seed ?? 1);
+  }
+
+  get parsed(): JobWorkerSpec {
+    const p = parseSpec(this.spec);
+    if (!p.ok) throw new Error(p.problems.join('; '));
+    return p.spec;
+  }
+
+  edit(spec: Record<string, unknown>): void {
+    this.spec = spec;
+    this.generation++;
+  }
+
+  private raw(): KubeObject {
+    return {
+      apiVersion: 'jobfleet.dev/v1alpha1',
+      kind: 'JobWorker',
+      metadata: { name: 'w', namespace: 'ns', uid: 'u-1', generation: this.generation },
+      spec: this.spec,
+      ...(this.status && { status: this.status }),
+    };
+  }
+
+  /** One reconcile: plan (answering what it asks from the world), apply, write status. */
+  reconcile(): void {
+    const now = new Date(Date.UTC(2026, 10, 30) + this.t * 1000);
+    const spec = this.parsed;
+    const answers: RolloutAnswers = {};
+    let plan: RolloutPlan | undefined;
+    for (let round = 0; round < 6 && !plan; round++) {
+      const r = planRollout({
+        raw: this.raw(),
+        spec,
+        previous: this.status,
+        deployment: this.deployment,
+        now,
+        ageSeconds: this.sc.age?.(this.t),
+        answers,
+      });
+      if (!('need' in r)) plan = r;
+      else if (r.need.kind === 'pods') {
+        const rev = r.need.revision;
+        answers.pods = {
+          ...answers.pods,
+          [rev]: this.pods.filter((p) => p.revision === rev).map((p) => ({ restarts: p.restarts })),
+        };
+      } else if (r.need.kind === 'seenVersions') answers.seenVersions = undefined;
+      else answers.queued = undefined;
+    }
+    if (!plan) throw new Error('the planner kept asking');
+    this.lastPlan = plan;
+    const replicas = plan.scaleToZero ? 0 : REPLICAS;
+    const jw = { ...this.raw(), spec: plan.deploySpec } as unknown as Parameters<
+      typeof desiredDeployment
+    >[0];
+    const desired = desiredDeployment(jw, plan.deployRevision, replicas);
+    const changed = JSON.stringify(desired.spec) !== JSON.stringify(this.deployment?.spec);
+    if (changed) {
+      const generation = (this.deployment?.metadata.generation ?? 0) + 1;
+      this.deployment = {
+        ...desired,
+        metadata: { ...desired.metadata, generation },
+        status: this.deployment?.status ?? {},
+      };
+      this.syncDeploymentStatus(false);
+    }
+    this.status = computeStatus({
+      generation: this.generation,
+      previous: this.status,
+      problems: [],
+      desiredReplicas: REPLICAS,
+      deployment: observeDeployment(this.deployment),
+      updateRevision: plan.targetRevision,
+      history: plan.history,
+      now,
+      rollout: plan.status,
+      appliedReplicas: replicas,
+    });
+    this.checkStatus();
+  }
+
+  /** The Deployment controller and the kubelet, for one second. */
+  private controllers(): void {
+    const d = this.deployment;
+    if (!d) return;
+    const rev = revisionOf(d) as string;
+    const contract = deployedContract(d) as Contract;
+    const want = (d.spec as { replicas: number }).replicas;
+    const grace = (d.spec as { template: { spec: { terminationGracePeriodSeconds: number } } })
+      .template.spec.terminationGracePeriodSeconds;
+    // kubelet: pods start, crash, become ready; terminated ones exit after draining (or at the grace period)
+    for (const p of this.pods) {
+      if (p.terminatingAt !== undefined) continue;
+      if (p.crashLoop) {
+        if (this.t - p.createdAt >= START_S) p.restarts++;
+      } else if (this.t - p.createdAt >= START_S) p.ready = true;
+    }
+    this.pods = this.pods.filter(
+      (p) =>
+        p.terminatingAt === undefined ||
+        this.t - p.terminatingAt < Math.min(p.drainS, grace) ||
+        this.t - p.terminatingAt < 0,
+    );
+    const live = this.pods.filter((p) => p.terminatingAt === undefined);
+    const current = live.filter((p) => p.revision === rev);
+    const old = live.filter((p) => p.revision !== rev);
+    const terminate = (p: Pod) => {
+      p.terminatingAt = this.t;
+      p.ready = false;
+    };
+    // scale down: the old revision's pods first, then the newest
+    let excess = live.length - want - (old.length && want > 0 ? Math.ceil(want * 0.25) : 0);
+    for (const p of [...old, ...current.reverse()]) {
+      if (excess <= 0) break;
+      if (want === 0 || p.revision !== rev || current.length > want) {
+        terminate(p);
+        excess--;
+      }
+    }
+    const alive = () => this.pods.filter((p) => p.terminatingAt === undefined);
+    // roll: surge new pods, retire an old one for each new one ready
+    const surge = want > 0 ? Math.ceil(want * 0.25) : 0;
+    while (alive().filter((p) => p.revision === rev).length < want && alive().length < want + surge)
+      this.pods.push({
+        id: this.nextPod++,
+        revision: rev,
+        contract,
+        createdAt: this.t,
+        ready: false,
+        crashLoop: this.sc.crashLoops?.includes(rev) ?? false,
+        restarts: 0,
+        drainS: this.sc.stuckDrain ? Infinity : DRAIN_S,
+      });
+    const readyNew = alive().filter((p) => p.revision === rev && p.ready).length;
+    const oldAlive = alive().filter((p) => p.revision !== rev);
+    const retire = Math.max(0, oldAlive.length - Math.max(0, want - readyNew));
+    for (const p of oldAlive.slice(0, retire)) terminate(p);
+    this.syncDeploymentStatus(true);
+  }
+
+  private syncDeploymentStatus(observed: boolean): void {
+    const d = this.deployment as KubeObject;
+    const rev = revisionOf(d);
+    const live = this.pods.filter((p) => p.terminatingAt === undefined);
+    d.status = {
+      observedGeneration: observed
+        ? (d.metadata.generation ?? 0)
+        : ((d.status as { observedGeneration?: number }).observedGeneration ?? 0),
+      replicas: live.length,
+      updatedReplicas: live.filter((p) => p.revision === rev).length,
+      readyReplicas: live.filter((p) => p.ready).length,
+      availableReplicas: live.filter((p) => p.ready).length,
+    };
+  }
+
+  /** Invariants 1–3, on the pods as they are. */
+  private checkPods(): void {
+    const consuming = this.pods.filter((p) => p.ready && p.terminatingAt === undefined);
+    const spec = this.parsed;
+    for (const p of consuming) {
+      if (!this.consumed.has(p.revision)) {
+        // A revision starts consuming: the one that consumed last must let it.
+        if (this.running && this.running.revision !== p.revision) {
+          const g = gate({
+            kind: Number(p.revision) < Number(this.running.revision) ? 'rollback' : 'rollout',
+            runningRevision: this.running.revision,
+            running: this.running.contract,
+            candidateRevision: p.revision,
+            candidate: p.contract,
+            producerVersions: spec.contract.producerVersions,
+          });
+          if (!g.ok)
+            this.violations.push(
+              `t=${this.t}: revision ${p.revision} consumes after ${this.running.revision}: ${g.message}`,
+            );
+        }
+        this.consumed.set(p.revision, p.contract);
+      }
+    }
+    const newest = consuming.at(-1);
+    if (newest) this.running = { revision: newest.revision, contract: newest.contract };
+    const r = this.status?.rollout;
+    if (r && (r.phase === 'Draining' || r.phase === 'Restoring')) {
+      const pastDeadline = this.t * 1000 + Date.UTC(2026, 10, 30) > Date.parse(r.drainDeadline);
+      const fromLeft = this.pods.some((p) => p.revision === r.from);
+      // pods of the restored revision started by the rollback (an unfinished
+      // rollout's old pods were there before it, and are drained with the rest)
+      const started = Date.parse(r.startedAt);
+      const restored = consuming.filter(
+        (p) => p.revision === r.to && Date.UTC(2026, 10, 30) + p.createdAt * 1000 >= started,
+      );
+      if (!pastDeadline && fromLeft && restored.length)
+        this.violations.push(
+          `t=${this.t}: revision ${r.to} consumes while revision ${r.from}'s pods still exist`,
+        );
+    }
+    if (r?.phase === 'Draining') {
+      const overdue = Date.UTC(2026, 10, 30) + this.t * 1000 - Date.parse(r.drainDeadline) > 2000;
+      if (overdue) this.violations.push(`t=${this.t}: draining past its deadline`);
+    }
+    const grace = (
+      this.deployment?.spec as
+        { template?: { spec?: { terminationGracePeriodSeconds?: number } } } | undefined
+    )?.template?.spec?.terminationGracePeriodSeconds;
+    if (grace !== undefined && grace < spec.shutdown.drainDeadlineSeconds)
+      this.violations.push(
+        `t=${this.t}: pods get ${grace} s to exit, less than the drain deadline`,
+      );
+  }
+
+  /** Invariant 4, right after a status write. */
+  private checkStatus(): void {
+    const s = this.status as JobWorkerStatus;
+    if (s.observedGeneration !== this.generation)
+      this.violations.push(`t=${this.t}: observedGeneration ${s.observedGeneration}`);
+    const cond = (type: string) => s.conditions?.find((c) => c.type === type)?.status;
+    const running = new Set(
+      this.pods.filter((p) => p.ready && p.terminatingAt === undefined).map((p) => p.revision),
+    );
+    if (s.currentRevision && running.size && !running.has(s.currentRevision))
+      this.violations.push(
+        `t=${this.t}: currentRevision ${s.currentRevision} but pods of [${[...running].join(', ')}] run`,
+      );
+    if (
+      s.phase === 'Healthy' &&
+      (cond('RolloutBlocked') !== 'False' ||
+        cond('Draining') !== 'False' ||
+        cond('Progressing') !== 'False' ||
+        s.rollout !== undefined)
+    )
+      this.violations.push(`t=${this.t}: Healthy with a change pending`);
+    if (s.rollout && s.phase === 'Healthy')
+      this.violations.push(`t=${this.t}: Healthy while rolling back`);
+  }
+
+  /** One simulated second: the controllers and the operator, in a fixed or seeded order. */
+  step(): void {
+    this.t++;
+    const operator = () => {
+      if (!this.sc.operatorDown?.(this.t)) this.reconcile();
+    };
+    const actors = [() => this.controllers(), operator];
+    if (this.sc.seed !== undefined && this.random() < 0.5) actors.reverse();
+    for (const a of actors) {
+      a();
+      this.checkPods();
+    }
+  }
+
+  run(seconds: number): void {
+    for (let i = 0; i < seconds; i++) this.step();
+  }
+
+  /** What a scenario ends as: what runs, and what status says. */
+  outcome() {
+    const s = this.status as JobWorkerStatus;
+    return {
+      running: [
+        ...new Set(this.pods.filter((p) => p.terminatingAt === undefined).map((p) => p.revision)),
+      ],
+      deployed: revisionOf(this.deployment),
+      currentRevision: s.currentRevision,
+      phase: s.phase,
+      lastRollback: s.lastRollback && {
+        from: s.lastRollback.from,
+        to: s.lastRollback.to,
+        result: s.lastRollback.result,
+      },
+      abortedRevision: s.abortedRevision,
+    };
+  }
+}
+
+/** A world running revision 1 on every replica. */
+function settled(sc: Scenario = {}, spec = specJson({}, sc.historyLimit)): World {
+  const w = new World(spec, sc);
+  w.run(10);
+  expect(w.outcome()).toMatchObject({ running: ['1'], currentRevision: '1', phase: 'Healthy' });
+  return w;
+}
+
+const SEEDS = [1, 7, 42, 1234, 99_999];
+
+describe('rollout sequences (simulated Deployment, pods and operator)', () => {
+  describe.each([1, 2, 10])(
+    'a blocked key-rule change edited 15 times, historyLimit %i',
+    (limit) => {
+      it.each([undefined, ...SEEDS])(
+        'never runs; status says Blocked throughout (seed %s)',
+        (seed) => {
+          const w = settled({ historyLimit: limit, seed });
+          for (let edit = 1; edit <= 15; edit++) {
+            // a new key rule, and a new image each time: a new revision per edit
+            w.edit(
+              specJson(
+                { keyRule: 'order:{id}:v2', image: `registry.example.com/w:${edit + 1}` },
+                limit,
+              ),
+            );
+            w.run(5);
+            expect(w.violations).toEqual([]);
+            expect(w.status?.phase, `after edit ${edit}`).toBe('Blocked');
+            expect(
+              w.status?.conditions?.find((c) => c.type === 'RolloutBlocked'),
+              `after edit ${edit}`,
+            ).toMatchObject({ status: 'True', reason: 'IdempotencyKeyRuleChanged' });
+          }
+          expect([...w.consumed.keys()]).toEqual(['1']);
+          expect(w.outcome()).toMatchObject({
+            running: ['1'],
+            deployed: '1',
+            currentRevision: '1',
+          });
+        },
+      );
+    },
+  );
+
+  it.each([undefined, ...SEEDS])('a compatible roll forward completes (seed %s)', (seed) => {
+    const w = settled({ seed });
+    w.edit(specJson({ schemaVersions: [1, 2], image: 'registry.example.com/w:2' }));
+    w.run(30);
+    expect(w.violations).toEqual([]);
+    expect(w.outcome()).toMatchObject({
+      running: ['2'],
+      deployed: '2',
+      currentRevision: '2',
+      phase: 'Healthy',
+    });
+  });
+
+  it('a change dropping a schema version still queued is blocked, and runs once it is restored', () => {
+    const w = settled();
+    w.edit(specJson({ schemaVersions: [2], image: 'registry.example.com/w:2' }));
+    w.run(10);
+    expect(w.status?.conditions?.find((c) => c.type === 'RolloutBlocked')).toMatchObject({
+      status: 'True',
+      reason: 'SchemaVersionIncompatible',
+    });
+    w.edit(specJson({ schemaVersions: [1, 2], image: 'registry.example.com/w:2' }));
+    w.run(30);
+    expect(w.violations).toEqual([]);
+    expect(w.outcome()).toMatchObject({ running: ['3'], currentRevision: '3', phase: 'Healthy' });
+  });
+
+  // Age rises 20 s after revision 2 is applied: past the 30 s objective for
+  // longer than the sustain window, so revision 2 is rolled back.
+  const rising = (from: number) => (t: number) => (t < from ? 5 : 5 + (t - from) * 4);
+
+  describe('automatic rollback on rising age mid-rollout', () => {
+    const scenario = (sc: Scenario, applyAt = 10) => {
+      const w = settled({ ...sc, age: rising(applyAt + 20) });
+      // a new image, same contract: the way back is compatible
+      w.edit(specJson({ image: 'registry.example.com/w:2' }));
+      w.run(200);
+      return w;
+    };
+    const expected = {
+      running: ['1'],
+      deployed: '1',
+      currentRevision: '1',
+      lastRollback: { from: '2', to: '1' },
+      abortedRevision: '2',
+    };
+
+    it.each([undefined, ...SEEDS])(
+      'drains revision 2 before revision 1 consumes (seed %s)',
+      (seed) => {
+        const w = scenario({ seed });
+        expect(w.violations).toEqual([]);
+        expect(w.outcome()).toMatchObject(expected);
+      },
+    );
+
+    it('workers stuck in a handler: the drain ends at its deadline, not before', () => {
+      const w = scenario({ stuckDrain: true });
+      expect(w.violations).toEqual([]);
+      expect(w.outcome()).toMatchObject(expected);
+      expect(w.status?.lastRollback?.drainEndedBy).toBe('Deadline');
+    });
+
+    it('an operator restart (or a lost and regained leadership) at any step ends the same way', () => {
+      const baseline = scenario({}).outcome();
+      for (let at = 11; at < 150; at += 3) {
+        const w = scenario({ operatorDown: (t) => t >= at && t < at + 4 });
+        expect(w.violations, `down at ${at}`).toEqual([]);
+        expect(w.outcome(), `down at ${at}`).toMatchObject({
+          ...expected,
+          lastRollback: { ...expected.lastRollback, result: baseline.lastRollback?.result },
+        });
+      }
+    });
+  });
+
+  it('a crash-looping revision is rolled back', () => {
+    const w = settled({ crashLoops: ['2'] });
+    w.edit(specJson({ image: 'registry.example.com/w:2' }));
+    w.run(90);
+    expect(w.violations).toEqual([]);
+    expect(w.outcome()).toMatchObject({
+      running: ['1'],
+      currentRevision: '1',
+      lastRollback: { from: '2', to: '1' },
+      abortedRevision: '2',
+    });
+  });
+
+  it('a manual undo during a blocked change: the spec goes back, nothing drains or restarts', () => {
+    const w = settled({ historyLimit: 1 });
+    const pods = w.pods.map((p) => p.id);
+    w.edit(specJson({ keyRule: 'order:{id}:v2', image: 'registry.example.com/w:2' }, 1));
+    w.run(5);
+    expect(w.status?.phase).toBe('Blocked');
+    w.edit(specJson({}, 1));
+    w.run(10);
+    expect(w.violations).toEqual([]);
+    expect(w.outcome()).toMatchObject({ running: ['1'], currentRevision: '1', phase: 'Healthy' });
+    expect(w.status?.lastRollback).toBeUndefined();
+    expect(w.pods.map((p) => p.id)).toEqual(pods);
+  });
+});
