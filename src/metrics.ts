@@ -116,6 +116,11 @@ export function operatorMetrics(registry = new client.Registry()) {
       help: '1 while this replica holds the leader lease',
       registers: r,
     }),
+    workQueues: new client.Gauge({
+      name: 'jobfleet_operator_work_queues',
+      help: 'Work queues running: 2 (JobWorker, JobReplay) while leading, 0 otherwise; more means a stale leadership term is still running',
+      registers: r,
+    }),
   };
 }
 

@@ -3,17 +3,12 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pino, { type Logger } from 'pino';
-import { API_VERSION, KIND } from './api/jobworker.js';
-import { Informer, keyOf } from './controller/informer.js';
 import { LeaderElector } from './controller/leader.js';
-import { JobWorkerReconciler, NeedsAttention } from './controller/reconciler.js';
-import { JobReplayController } from './controller/replay-controller.js';
-import { REPLAY_KIND } from './api/jobreplay.js';
-import { WorkQueue } from './controller/workqueue.js';
+import { JobWorkerReconciler } from './controller/reconciler.js';
+import { LeadershipTerm } from './controller/term.js';
 import type { KubeClient } from './kube/client.js';
 import { EventRecorder } from './kube/events.js';
 import { operatorMetrics, type OperatorMetrics } from './metrics.js';
-import { LABEL_JOBWORKER } from './reconcile/desired.js';
 import { DeadLetterReader } from './signals/dead-letters.js';
 
 export interface OperatorOptions {
@@ -61,17 +56,9 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     metrics.apiWrites.inc({ kind: 'Event' }),
   );
   const namespaces = o.namespaces?.length ? o.namespaces : [undefined];
-  let queue: WorkQueue | undefined;
-  let replayQueue: WorkQueue | undefined;
-  const replays = new JobReplayController({
-    client: o.client,
-    events,
-    log,
-    progressEveryMs: o.replayProgressMs,
-  });
-  let informers: Informer[] = [];
-  const caches = new Map<string, Informer>(); // `${kind}/${namespace ?? ''}` → its informer
   const deadLetters = new DeadLetterReader();
+  // The current leadership term (see ./controller/term.ts); undefined while standing by.
+  let term: LeadershipTerm | undefined;
   const reconciler = new JobWorkerReconciler({
     deadLetters,
     deadLetterReadMs: o.deadLetterReadMs,
@@ -82,109 +69,34 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     pollMs: o.pollMs,
     secretTtlMs: o.secretTtlMs,
     prometheusUrl: o.prometheusUrl,
-    cache: (kind, namespace, name) =>
-      (caches.get(`${kind}/${namespace}`) ?? caches.get(`${kind}/`))?.cache.get(
-        `${namespace}/${name}`,
-      ),
+    cache: (kind, namespace, name) => term?.cached(kind, namespace, name),
   });
-  let synced = false;
-
-  const startControllers = () => {
-    const q = new WorkQueue({
-      concurrency: o.concurrency ?? 4,
-      onError: (key, err, retryInMs) => {
-        const level = err instanceof NeedsAttention ? 'info' : 'warn';
-        log[level](
-          { key, err: (err as Error).message, retryInMs },
-          'reconcile did not finish; retrying',
-        );
-      },
-    });
-    queue = q;
-    const rq = new WorkQueue({
-      concurrency: 2,
-      onError: (key, err, retryInMs) =>
-        log.warn(
-          { key, err: (err as Error).message, retryInMs },
-          'JobReplay reconcile failed; retrying',
-        ),
-    });
-    replayQueue = rq;
-    const resyncMs = o.resyncMs ?? 5 * 60_000;
-    informers = namespaces.flatMap((namespace) => [
-      new Informer(o.client, {
-        apiVersion: API_VERSION,
-        kind: KIND,
-        namespace,
-        resyncMs,
-        log,
-        onChange: (key) => q.add(key),
-      }),
-      // A Deployment's status changes (pods ready, rollout done) wake its JobWorker.
-      new Informer(o.client, {
-        apiVersion: 'apps/v1',
-        kind: 'Deployment',
-        namespace,
-        labelSelector: 'app.kubernetes.io/managed-by=jobfleet',
-        resyncMs: 24 * 3600_000,
-        log,
-        onChange: (_key, obj) => {
-          const owner = obj?.metadata.labels?.[LABEL_JOBWORKER];
-          if (obj && owner)
-            q.add(keyOf({ metadata: { namespace: obj.metadata.namespace, name: owner } }));
-        },
-      }),
-    ]);
-    caches.clear();
-    namespaces.forEach((namespace, i) => {
-      caches.set(`JobWorker/${namespace ?? ''}`, informers[2 * i] as Informer);
-      caches.set(`Deployment/${namespace ?? ''}`, informers[2 * i + 1] as Informer);
-    });
-    const replayInformers = namespaces.map(
-      (namespace) =>
-        new Informer(o.client, {
-          apiVersion: API_VERSION,
-          kind: REPLAY_KIND,
-          namespace,
-          resyncMs,
-          log,
-          onChange: (key) => rq.add(key),
-        }),
-    );
-    informers.push(...replayInformers);
-    void Promise.all(replayInformers.map((i) => i.start())).then(
-      () => rq.start((key) => replays.reconcile(key)),
-      (err: Error) => log.error({ err: err.message }, 'initial JobReplay list failed'),
-    );
-    // Reconcile only once every cache is filled: a key read from a half-filled cache looks deleted.
-    void Promise.all(informers.slice(0, 2 * namespaces.length).map((i) => i.start())).then(
-      () => {
-        synced = true;
-        q.start((key) => reconciler.reconcile(key));
-      },
-      (err: Error) => log.error({ err: err.message }, 'initial list failed'),
-    );
-  };
-
-  const stopControllers = async () => {
-    synced = false;
-    for (const i of informers) i.stop();
-    informers = [];
-    await queue?.stop();
-    queue = undefined;
-    await replays.stop();
-    await replayQueue?.stop();
-    replayQueue = undefined;
-  };
 
   const elector = new LeaderElector(o.client, { ...o.lease, identity: o.identity }, log, {
     onStartedLeading: () => {
       metrics.isLeader.set(1);
-      startControllers();
+      term = new LeadershipTerm({
+        client: o.client,
+        reconciler,
+        events,
+        log,
+        namespaces,
+        concurrency: o.concurrency ?? 4,
+        resyncMs: o.resyncMs ?? 5 * 60_000,
+        replayProgressMs: o.replayProgressMs,
+        onQueues: (delta) => metrics.workQueues.inc(delta),
+      });
     },
     onStoppedLeading: () => {
       metrics.isLeader.set(0);
-      void stopControllers();
+      // Restart in-process, not exit (client-go's default): the old term's
+      // queues stop taking keys at once, and its running reconciles end well
+      // within the lease duration's margin over the renew deadline (they are
+      // bounded by the API's own timeouts); an exit would also take down
+      // /metrics and /healthz and cost every cache a full relist.
+      const ended = term;
+      term = undefined;
+      void ended?.stop();
     },
   });
 
@@ -203,7 +115,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     }
     if (path === '/readyz') {
       // A standby is ready (it is campaigning); a leader once its caches are synced.
-      const ok = !elector.isLeader || synced;
+      const ok = !elector.isLeader || !!term?.synced;
       res.writeHead(ok ? 200 : 503).end(ok ? 'ok\n' : 'caches not synced\n');
       return;
     }
@@ -217,10 +129,11 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     port: (server.address() as AddressInfo).port,
     metrics,
     isLeader: () => elector.isLeader,
-    idle: () => queue?.idle() ?? Promise.resolve(),
+    idle: () => term?.idle() ?? Promise.resolve(),
     stop: async () => {
+      const last = term;
       await elector.stop();
-      await stopControllers();
+      await last?.stop();
       await deadLetters.close();
       await new Promise((r) => server.close(r));
       log.info('operator stopped');

@@ -2,6 +2,9 @@
 // lease is expired when its record has not changed for leaseDuration as seen
 // on *our* clock (no cross-node clock comparison); writes are optimistic
 // (resourceVersion preconditions), so two candidates can never both win.
+// Every lease call is bounded by the renew deadline (an abort signal): a hung
+// apiserver connection cannot keep this replica leading past it, while a
+// standby may take the lease once leaseDuration (> renewDeadline) has passed.
 import type { Logger } from 'pino';
 import { KubeApiError, type KubeClient, type KubeObject } from '../kube/client.js';
 
@@ -52,10 +55,15 @@ export class LeaderElector {
   start(): void {
     const tick = async () => {
       if (this.stopped) return;
-      const ok = await this.tryAcquireOrRenew().catch((err: unknown) => {
+      // A leader's calls end by its renew deadline; a candidate's within one.
+      const bound = this.leading
+        ? Math.max(1, this.lastRenew + this.renewDeadline - Date.now())
+        : this.renewDeadline;
+      const ok = await this.tryAcquireOrRenew(AbortSignal.timeout(bound)).catch((err: unknown) => {
         this.log.warn({ err: (err as Error).message }, 'leader election: lease update failed');
         return false;
       });
+      if (this.stopped) return;
       if (ok) this.lastRenew = Date.now();
       if (ok && !this.leading) {
         this.leading = true;
@@ -64,7 +72,7 @@ export class LeaderElector {
           'became leader',
         );
         this.callbacks.onStartedLeading();
-      } else if (!ok && this.leading && Date.now() - this.lastRenew > this.renewDeadline) {
+      } else if (!ok && this.leading && Date.now() - this.lastRenew >= this.renewDeadline) {
         this.leading = false;
         this.log.warn('lost the leader lease: stopping controllers');
         this.callbacks.onStoppedLeading();
@@ -75,13 +83,14 @@ export class LeaderElector {
     void tick();
   }
 
-  private async tryAcquireOrRenew(): Promise<boolean> {
+  private async tryAcquireOrRenew(signal: AbortSignal): Promise<boolean> {
     const now = new Date();
     const lease = await this.client.find<KubeObject & { spec?: LeaseSpec }>(
       'coordination.k8s.io/v1',
       'Lease',
       this.o.namespace,
       this.o.name,
+      signal,
     );
     const mine: LeaseSpec = {
       holderIdentity: this.o.identity,
@@ -90,12 +99,15 @@ export class LeaderElector {
     };
     if (!lease) {
       try {
-        await this.client.create({
-          apiVersion: 'coordination.k8s.io/v1',
-          kind: 'Lease',
-          metadata: { name: this.o.name, namespace: this.o.namespace },
-          spec: { ...mine, acquireTime: microTime(now), leaseTransitions: 0 },
-        });
+        await this.client.create(
+          {
+            apiVersion: 'coordination.k8s.io/v1',
+            kind: 'Lease',
+            metadata: { name: this.o.name, namespace: this.o.namespace },
+            spec: { ...mine, acquireTime: microTime(now), leaseTransitions: 0 },
+          },
+          signal,
+        );
         return true;
       } catch (err) {
         if (err instanceof KubeApiError && err.status === 409) return false; // someone else was first
@@ -119,10 +131,10 @@ export class LeaderElector {
             leaseTransitions: (spec.leaseTransitions ?? 0) + 1,
           };
     try {
-      const updated = await this.client.replace<KubeObject & { spec: LeaseSpec }>({
-        ...lease,
-        spec: next,
-      });
+      const updated = await this.client.replace<KubeObject & { spec: LeaseSpec }>(
+        { ...lease, spec: next },
+        signal,
+      );
       this.observed = { record: JSON.stringify(updated.spec), at: Date.now() };
       return true;
     } catch (err) {

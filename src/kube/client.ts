@@ -184,8 +184,15 @@ export class KubeClient {
     kind: string,
     namespace: string | undefined,
     name: string,
+    signal?: AbortSignal,
   ): Promise<T> {
-    return this.request<T>('GET', resourcePath(apiVersion, kind, namespace, name));
+    return this.request<T>(
+      'GET',
+      resourcePath(apiVersion, kind, namespace, name),
+      undefined,
+      undefined,
+      signal,
+    );
   }
 
   /** undefined when absent */
@@ -194,9 +201,10 @@ export class KubeClient {
     kind: string,
     namespace: string | undefined,
     name: string,
+    signal?: AbortSignal,
   ): Promise<T | undefined> {
     try {
-      return await this.get<T>(apiVersion, kind, namespace, name);
+      return await this.get<T>(apiVersion, kind, namespace, name, signal);
     } catch (err) {
       if (err instanceof KubeApiError && err.status === 404) return undefined;
       throw err;
@@ -233,20 +241,24 @@ export class KubeClient {
     );
   }
 
-  create<T extends KubeObject>(obj: KubeObject): Promise<T> {
+  create<T extends KubeObject>(obj: KubeObject, signal?: AbortSignal): Promise<T> {
     return this.request<T>(
       'POST',
       resourcePath(obj.apiVersion, obj.kind, obj.metadata.namespace),
       obj,
+      undefined,
+      signal,
     );
   }
 
   /** PUT with the object's resourceVersion: fails with 409 when someone else wrote first. */
-  replace<T extends KubeObject>(obj: KubeObject): Promise<T> {
+  replace<T extends KubeObject>(obj: KubeObject, signal?: AbortSignal): Promise<T> {
     return this.request<T>(
       'PUT',
       resourcePath(obj.apiVersion, obj.kind, obj.metadata.namespace, obj.metadata.name),
       obj,
+      undefined,
+      signal,
     );
   }
 

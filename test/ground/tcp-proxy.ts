@@ -7,21 +7,35 @@ export interface TcpProxy {
   port: number;
   /** refuse new connections and reset open ones */
   cut(): void;
+  /** a hung peer: connections stay open, nothing is forwarded either way, new ones are held unanswered */
+  hang(): void;
   restore(): void;
   close(): Promise<void>;
 }
 
 export async function startTcpProxy(targetHost: string, targetPort: number): Promise<TcpProxy> {
   let up = true;
+  let hung = false;
   const sockets = new Set<net.Socket>();
+  const pairs = new Set<[net.Socket, net.Socket]>();
+  const held = new Set<net.Socket>();
   const server = net.createServer((client) => {
     if (!up) {
       client.resetAndDestroy();
       return;
     }
+    if (hung) {
+      held.add(client);
+      client.on('error', () => held.delete(client)).on('close', () => held.delete(client));
+      client.pause();
+      return;
+    }
     const upstream = net.connect(targetPort, targetHost);
     sockets.add(client).add(upstream);
+    const pair: [net.Socket, net.Socket] = [client, upstream];
+    pairs.add(pair);
     const drop = () => {
+      pairs.delete(pair);
       sockets.delete(client);
       sockets.delete(upstream);
       client.destroy();
@@ -34,14 +48,30 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const cut = () => {
     up = false;
-    for (const s of sockets) s.resetAndDestroy();
+    for (const s of [...sockets, ...held]) s.resetAndDestroy();
     sockets.clear();
+    held.clear();
   };
   return {
     port: (server.address() as net.AddressInfo).port,
     cut,
+    hang() {
+      hung = true;
+      for (const [client, upstream] of pairs) {
+        client.unpipe(upstream);
+        upstream.unpipe(client);
+        client.pause();
+        upstream.pause();
+      }
+    },
     restore() {
       up = true;
+      if (hung) {
+        hung = false;
+        for (const [client, upstream] of pairs) client.pipe(upstream).pipe(client);
+        for (const s of held) s.resetAndDestroy();
+        held.clear();
+      }
     },
     close() {
       cut();

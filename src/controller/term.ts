@@ -1,0 +1,147 @@
+// One leadership term: the informers, work queues and replay runs that exist
+// while this replica leads. Each term owns its own, so stopping a term that
+// ended touches nothing of the next one: a lease lost and regained quickly
+// leaves exactly one working set (a stop that reads shared variables after an
+// await would stop the new term's queues instead).
+import type { Logger } from 'pino';
+import { API_VERSION, KIND } from '../api/jobworker.js';
+import { REPLAY_KIND } from '../api/jobreplay.js';
+import type { KubeClient, KubeObject } from '../kube/client.js';
+import type { EventRecorder } from '../kube/events.js';
+import { LABEL_JOBWORKER } from '../reconcile/desired.js';
+import { Informer, keyOf } from './informer.js';
+import { JobReplayController } from './replay-controller.js';
+import { NeedsAttention, type JobWorkerReconciler } from './reconciler.js';
+import { WorkQueue } from './workqueue.js';
+
+export interface TermDeps {
+  client: KubeClient;
+  reconciler: JobWorkerReconciler;
+  events: EventRecorder;
+  log: Logger;
+  /** watched namespaces; [undefined] for all */
+  namespaces: Array<string | undefined>;
+  concurrency: number;
+  resyncMs: number;
+  replayProgressMs?: number;
+  /** told when the term's queues start and stop (the work-queue gauge) */
+  onQueues?: (delta: number) => void;
+}
+
+export class LeadershipTerm {
+  private readonly informers: Informer[];
+  private readonly caches = new Map<string, Informer>();
+  private readonly queue: WorkQueue;
+  private readonly replayQueue: WorkQueue;
+  private readonly replays: JobReplayController;
+  private stopping: Promise<void> | undefined;
+  /** every JobWorker and Deployment cache is filled: reconciles have begun */
+  synced = false;
+
+  constructor(private readonly d: TermDeps) {
+    const { log } = d;
+    this.replays = new JobReplayController({
+      client: d.client,
+      events: d.events,
+      log,
+      progressEveryMs: d.replayProgressMs,
+    });
+    const q = (this.queue = new WorkQueue({
+      concurrency: d.concurrency,
+      onError: (key, err, retryInMs) => {
+        const level = err instanceof NeedsAttention ? 'info' : 'warn';
+        log[level](
+          { key, err: (err as Error).message, retryInMs },
+          'reconcile did not finish; retrying',
+        );
+      },
+    }));
+    const rq = (this.replayQueue = new WorkQueue({
+      concurrency: 2,
+      onError: (key, err, retryInMs) =>
+        log.warn(
+          { key, err: (err as Error).message, retryInMs },
+          'JobReplay reconcile failed; retrying',
+        ),
+    }));
+    const owned = d.namespaces.flatMap((namespace) => {
+      const jobWorkers = new Informer(d.client, {
+        apiVersion: API_VERSION,
+        kind: KIND,
+        namespace,
+        resyncMs: d.resyncMs,
+        log,
+        onChange: (key) => q.add(key),
+      });
+      // A Deployment's status changes (pods ready, rollout done) wake its JobWorker.
+      const deployments = new Informer(d.client, {
+        apiVersion: 'apps/v1',
+        kind: 'Deployment',
+        namespace,
+        labelSelector: 'app.kubernetes.io/managed-by=jobfleet',
+        resyncMs: 24 * 3600_000,
+        log,
+        onChange: (_key, obj) => {
+          const owner = obj?.metadata.labels?.[LABEL_JOBWORKER];
+          if (obj && owner)
+            q.add(keyOf({ metadata: { namespace: obj.metadata.namespace, name: owner } }));
+        },
+      });
+      this.caches.set(`JobWorker/${namespace ?? ''}`, jobWorkers);
+      this.caches.set(`Deployment/${namespace ?? ''}`, deployments);
+      return [jobWorkers, deployments];
+    });
+    const replayInformers = d.namespaces.map(
+      (namespace) =>
+        new Informer(d.client, {
+          apiVersion: API_VERSION,
+          kind: REPLAY_KIND,
+          namespace,
+          resyncMs: d.resyncMs,
+          log,
+          onChange: (key) => rq.add(key),
+        }),
+    );
+    this.informers = [...owned, ...replayInformers];
+    d.onQueues?.(2);
+    void Promise.all(replayInformers.map((i) => i.start())).then(
+      () => rq.start((key) => this.replays.reconcile(key)),
+      (err: Error) => log.error({ err: err.message }, 'initial JobReplay list failed'),
+    );
+    // Reconcile only once every cache is filled: a key read from a half-filled cache looks deleted.
+    void Promise.all(owned.map((i) => i.start())).then(
+      () => {
+        if (this.stopping) return;
+        this.synced = true;
+        q.start((key) => d.reconciler.reconcile(key));
+      },
+      (err: Error) => log.error({ err: err.message }, 'initial list failed'),
+    );
+  }
+
+  /** The JobWorker or Deployment as this term's watch last saw it. */
+  cached(
+    kind: 'JobWorker' | 'Deployment',
+    namespace: string,
+    name: string,
+  ): KubeObject | undefined {
+    return (this.caches.get(`${kind}/${namespace}`) ?? this.caches.get(`${kind}/`))?.cache.get(
+      `${namespace}/${name}`,
+    );
+  }
+
+  idle(): Promise<void> {
+    return this.queue.idle();
+  }
+
+  /** Ends the term: no new reconcile starts; running ones and replay runs finish or abort. */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      this.synced = false;
+      for (const i of this.informers) i.stop();
+      await Promise.all([this.queue.stop(), this.replays.stop(), this.replayQueue.stop()]);
+      this.d.onQueues?.(-2);
+    })();
+    return this.stopping;
+  }
+}
