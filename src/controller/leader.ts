@@ -56,9 +56,11 @@ export class LeaderElector {
     const tick = async () => {
       if (this.stopped) return;
       // A leader's calls end by its renew deadline; a candidate's within one.
-      const bound = this.leading
-        ? Math.max(1, this.lastRenew + this.renewDeadline - Date.now())
-        : this.renewDeadline;
+      const bound = Math.ceil(
+        this.leading
+          ? Math.max(1, this.lastRenew + this.renewDeadline - Date.now())
+          : this.renewDeadline,
+      );
       const ok = await this.tryAcquireOrRenew(AbortSignal.timeout(bound)).catch((err: unknown) => {
         this.log.warn({ err: (err as Error).message }, 'leader election: lease update failed');
         return false;

@@ -1,66 +1,34 @@
-// Reconcile one JobWorker, by key: observe (reads only) → desired state and
-// status (pure, src/reconcile/) → server-side apply → one status write.
-// Level-triggered and idempotent: it re-reads everything each time, and a
-// steady state makes no writes at all.
+// Reconcile one JobWorker, by key, in three rooms: observe (./observe.ts,
+// reads only) → plan (src/reconcile/plan.ts, pure) → apply (here): server-side
+// apply of the children, then the status write, then the events of what
+// changed. Level-triggered and idempotent: everything is read again each time,
+// and a steady state makes no writes at all.
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
-import {
-  API_VERSION,
-  KIND,
-  parseSpec,
-  type JobWorker,
-  type JobWorkerSpec,
-  type JobWorkerStatus,
-} from '../api/jobworker.js';
+import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
 import { KubeApiError, type KubeClient, type KubeObject } from '../kube/client.js';
 import type { EventRecorder } from '../kube/events.js';
 import type { OperatorMetrics } from '../metrics.js';
-import {
-  FIELD_MANAGER,
-  desiredDeployment,
-  desiredMetricsService,
-  desiredPdb,
-  envProblems,
-} from '../reconcile/desired.js';
-import {
-  computeStatus,
-  deadLetterDueInMs,
-  observeDeployment,
-  type DeadLetterInput,
-} from '../reconcile/status.js';
-import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.js';
+import { FIELD_MANAGER } from '../reconcile/desired.js';
+import type { Observation } from '../reconcile/observation.js';
+import { planJobWorker, type Plan, type ScalingMemory } from '../reconcile/plan.js';
+import type { RolloutAnswers } from '../reconcile/rollout-plan.js';
+import type { LimitedBy } from '../reconcile/scaling.js';
 import { isSubset } from '../reconcile/subset.js';
-import {
-  decideReplicas,
-  type LimitedBy,
-  type ScalingSpec,
-  type ScalingState,
-  type Signals,
-} from '../reconcile/scaling.js';
-import {
-  fetchQueueStats,
-  ManagementApiError,
-  queueAge,
-  vhostOf,
-  type AgeMemory,
-  type QueueAge,
-} from '../signals/rabbitmq.js';
-import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
-import type { RolloutPlan } from '../reconcile/rollout-plan.js';
-import { observeAndPlanRollout } from './rollouts.js';
+import type { DeadLetterReader } from '../signals/dead-letters.js';
+import { Observer } from './observe.js';
+import { answerRolloutNeed } from './rollouts.js';
 import type { ProcessResult } from './workqueue.js';
 
 /** How long a verified child without a watch is trusted before it is read again (drift repair). */
 const VERIFY_EVERY_MS = 5 * 60_000;
 
+/** Every need answered at most once: a plan asks for a few things, never in a loop. */
+const MAX_PLAN_ROUNDS = 6;
+
 /** A problem a person must fix; reported in status and retried with backoff. */
 export class NeedsAttention extends Error {
   override readonly name = 'NeedsAttention';
-}
-
-interface Problem {
-  reason: string;
-  message: string;
 }
 
 export interface ReconcilerDeps {
@@ -101,54 +69,35 @@ const LIMITS: readonly LimitedBy[] = [
   'signalMissing',
 ];
 
-interface DeadLetterRead {
-  stats?: DeadLetterStats;
-  error?: string;
-}
-
-/** How long a reconcile waits for a quarantine read before going on with the last one. */
-const DEAD_LETTER_READ_WAIT_MS = 2000;
-
-export interface ScalingOutcome {
-  desired: number;
-  limitedBy: LimitedBy;
-  message: string;
-  signalOk: boolean;
-  oldestAgeSeconds?: number;
-  queueDepth?: number;
-  ageSource?: 'HeadTimestamp' | 'Estimated';
-  polling: boolean;
-}
-
 export class JobWorkerReconciler {
   /** object key → resourceVersion we last applied or verified, per desired hash */
   private readonly verified = new Map<string, { hash: string; rv: string; at: number }>();
   /** per JobWorker: the scaler's window and AIMD cap, and the queue-age estimate's memory */
-  private readonly scaling = new Map<string, { scaling: ScalingState; age: AgeMemory }>();
-  /** per JobWorker: the last quarantine read (its stats, or the error and the stats before it) */
-  private readonly deadLetterReads = new Map<string, DeadLetterRead>();
-  /** per JobWorker until it is forgotten: a read started before forget() writes nothing */
-  private readonly deadLetterTokens = new Map<string, object>();
+  private readonly scaling = new Map<string, ScalingMemory>();
+  private readonly observer: Observer;
   private readonly now: () => Date;
   private readonly pollMs: number;
   private readonly deadLetterReadMs: number;
-  /** Secrets are not watched (they are not ours to list): read at most every 30 s per Secret. Values never leave memory. */
-  private readonly secretCache = new Map<
-    string,
-    { at: number; secret: (KubeObject & { data?: Record<string, string> }) | undefined }
-  >();
 
   constructor(private readonly d: ReconcilerDeps) {
     this.now = d.now ?? (() => new Date());
     this.pollMs = d.pollMs ?? 10_000;
     this.deadLetterReadMs = d.deadLetterReadMs ?? 30_000;
+    this.observer = new Observer({
+      client: d.client,
+      metrics: d.metrics,
+      now: this.now,
+      cache: d.cache,
+      secretTtlMs: d.secretTtlMs,
+      prometheusUrl: d.prometheusUrl,
+      deadLetters: d.deadLetters,
+      deadLetterReadMs: this.deadLetterReadMs,
+    });
   }
 
   async reconcile(key: string): Promise<ProcessResult> {
     const [namespace, name] = key.split('/') as [string, string];
-    const raw = this.d.cache
-      ? this.d.cache('JobWorker', namespace, name)
-      : await this.d.client.find<KubeObject>(API_VERSION, KIND, namespace, name);
+    const raw = await this.observer.jobWorker(namespace, name);
     // Deleted: the children go by garbage collection (ownerReferences); nothing
     // outside the cluster needs cleaning, so there is no finalizer.
     if (!raw || raw.metadata.deletionTimestamp) {
@@ -157,7 +106,8 @@ export class JobWorkerReconciler {
     }
     const end = this.d.metrics.reconcileDuration.startTimer();
     try {
-      return await this.reconcileObject(raw);
+      const obs = await this.observer.observe(raw);
+      return await this.apply(obs, await this.plan(obs, key));
     } catch (err) {
       this.d.metrics.reconcileErrors.inc({ namespace, jobworker: name });
       throw err;
@@ -166,302 +116,95 @@ export class JobWorkerReconciler {
     }
   }
 
-  private async reconcileObject(raw: KubeObject): Promise<ProcessResult> {
-    const namespace = raw.metadata.namespace as string;
-    const name = raw.metadata.name;
-    const generation = raw.metadata.generation ?? 0;
-    const previous = raw.status as JobWorkerStatus | undefined;
+  /** The pure plan, with the reads it asks for answered. */
+  private async plan(obs: Observation, key: string): Promise<Plan> {
+    const answers: RolloutAnswers = {};
     const now = this.now();
-
-    // --- observe -----------------------------------------------------------
-    const parsed = parseSpec(raw.spec);
-    const problems: Problem[] = [];
-    if (!parsed.ok) {
-      problems.push({
-        reason: 'InvalidSpec',
-        message: `The spec is invalid: ${parsed.problems.join('; ')}.`,
+    for (let round = 0; round < MAX_PLAN_ROUNDS; round++) {
+      const p = planJobWorker({
+        obs,
+        memory: this.scaling.get(key),
+        now,
+        pollMs: this.pollMs,
+        deadLetterReadMs: this.deadLetterReadMs,
+        answers,
+      });
+      if (!('need' in p)) {
+        if (p.memory) this.scaling.set(key, p.memory);
+        return p;
+      }
+      await answerRolloutNeed(p.need, answers, obs, {
+        client: this.d.client,
+        log: this.d.log,
+        prometheusUrl: this.d.prometheusUrl,
       });
     }
-    if (parsed.ok) {
-      const env = envProblems(parsed.spec);
-      if (env.length) problems.push({ reason: 'InvalidSpec', message: env.join(' ') });
-    }
-    const secrets = parsed.ok
-      ? await this.readSecrets(namespace, parsed.spec)
-      : { problems: [], values: new Map<string, string>() };
-    problems.push(...secrets.problems);
-    let deployment = this.d.cache
-      ? this.d.cache('Deployment', namespace, name)
-      : await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, name);
+    throw new Error('the planner kept asking for observations (a bug): giving up this reconcile');
+  }
 
-    // --- desired + apply ---------------------------------------------------
-    let history = previous?.history ?? [];
-    let updateRevision = previous?.updateRevision;
-    const spec = parsed.ok ? parsed.spec : undefined;
-    const live = (deployment?.spec as { replicas?: number } | undefined)?.replicas;
-    // While a rollback drains, the Deployment sits at 0: the autoscaler keeps
-    // its own count, to restore the previous revision at.
-    const current = Number(
-      (previous?.rollout && live === 0 ? previous.desiredReplicas : live) ??
-        previous?.desiredReplicas ??
-        0,
-    );
-    const scaling =
-      spec && problems.length === 0
-        ? await this.scale(
-            `${namespace}/${name}`,
-            spec,
-            current,
-            Number(
-              (deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas ?? 0,
-            ),
-            secrets.values,
-          )
-        : undefined;
-    const desiredReplicas = scaling?.desired ?? current;
-    const deadLetters =
-      spec && this.d.deadLetters
-        ? await this.observeDeadLetters(namespace, name, spec, secrets.values)
-        : undefined;
-
-    let plan: RolloutPlan | undefined;
-    let appliedReplicas = desiredReplicas;
-    if (spec && problems.length === 0) {
-      plan = await observeAndPlanRollout(
-        {
-          raw,
-          spec,
-          previous,
-          deployment,
-          now,
-          ageSeconds: scaling?.signalOk ? scaling.oldestAgeSeconds : undefined,
-        },
-        {
-          client: this.d.client,
-          log: this.d.log,
-          secrets: secrets.values,
-          prometheusUrl: this.d.prometheusUrl,
-        },
-      );
-      history = plan.history;
-      const revisionChanged =
-        updateRevision !== undefined && updateRevision !== plan.targetRevision;
-      updateRevision = plan.targetRevision;
-      appliedReplicas = plan.scaleToZero ? 0 : desiredReplicas;
-      // The template applied is the planned revision's, from that revision's spec.
-      const jw = { ...raw, spec: plan.deploySpec } as unknown as JobWorker;
-      const created = !deployment;
-      deployment =
-        (await this.ensure(
-          desiredDeployment(jw, plan.deployRevision, appliedReplicas),
-          deployment,
-        )) ?? deployment;
-      await this.ensure(desiredMetricsService(jw));
-      await this.ensure(desiredPdb(jw));
-      const target = this.eventTarget(raw);
-      if (created)
-        await this.d.events.emit(
-          target,
-          'Normal',
-          'DeploymentCreated',
-          `Created Deployment ${name} at revision ${plan.deployRevision} (${plan.deploySpec.image}) with ${appliedReplicas} replicas.${scaling ? ` ${scaling.message}` : ''}`,
-        );
-      else if (revisionChanged && !plan.status.rollingBack)
-        await this.d.events.emit(
-          target,
-          'Normal',
-          'RevisionChanged',
-          `Rolling to revision ${plan.targetRevision} (${plan.deploySpec.image}).`,
-        );
-      for (const e of plan.events) await this.d.events.emit(target, e.type, e.reason, e.message);
-      this.d.metrics.desiredReplicas.set({ namespace, jobworker: name }, desiredReplicas);
-      this.d.metrics.rolloutBlocked.set({ namespace, jobworker: name }, plan.blocked ? 1 : 0);
-      if (deployment && !created && scaling && !plan.scaleToZero && desiredReplicas !== current) {
-        await this.d.events.emit(
-          target,
-          'Normal',
-          desiredReplicas > current ? 'ScaledUp' : 'ScaledDown',
-          `Scaled from ${current} to ${desiredReplicas} replicas. ${scaling.message}`,
-        );
+  /**
+   * Children, then status, then events. A failed child apply still records
+   * what the plan reached (the status write is deferred, not skipped), and
+   * events go out only for a change that was written.
+   */
+  private async apply(obs: Observation, plan: Plan): Promise<ProcessResult> {
+    const { raw } = obs;
+    const namespace = raw.metadata.namespace as string;
+    const name = raw.metadata.name;
+    let applyError: Error | undefined;
+    let created = false;
+    try {
+      const [deployment, ...others] = plan.children;
+      if (deployment) {
+        const applied = await this.ensure(deployment, obs.deployment);
+        created = !obs.deployment && applied !== undefined;
       }
-    } else if (problems.length) {
-      // Hold what runs: a broken spec or a missing Secret must not take down the fleet.
-      await this.d.events.emit(
-        this.eventTarget(raw),
-        'Warning',
-        problems[0]!.reason,
-        problems.map((p) => p.message).join(' '),
-      );
+      for (const child of others) await this.ensure(child);
+    } catch (err) {
+      applyError = err instanceof Error ? err : new Error(String(err));
     }
 
-    // --- status --------------------------------------------------------------
-    const status = computeStatus({
-      generation,
-      previous,
-      problems,
-      desiredReplicas,
-      deployment: observeDeployment(deployment),
-      updateRevision,
-      history,
-      now,
-      scaling,
-      deadLetters,
-      rollout: plan?.status,
-      appliedReplicas,
-    });
-    if (!isDeepStrictEqual(normalize(status), normalize(previous ?? {}))) {
+    this.setGauges(namespace, name, plan);
+    const previous = raw.status as JobWorkerStatus | undefined;
+    const changed = !isDeepStrictEqual(normalize(plan.status), normalize(previous ?? {}));
+    if (changed) {
       await this.write(
-        { apiVersion: API_VERSION, kind: KIND, metadata: { name, namespace }, status },
+        { apiVersion: API_VERSION, kind: KIND, metadata: { name, namespace }, status: plan.status },
         'status',
       );
-      faultAfterRolloutStep(status.rollout?.phase);
+      faultAfterRolloutStep(plan.status.rollout?.phase);
     }
-    if (problems.length) throw new NeedsAttention(problems.map((p) => p.message).join(' '));
-    // Deployment changes wake us through its watch; queue age has no watch, so poll it.
-    if (plan?.requeueMs !== undefined) return { requeueAfterMs: plan.requeueMs };
-    if (status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'True'))
-      return { requeueAfterMs: Math.min(5000, this.pollMs) };
-    // The quarantine has no watch either: read it again soon, and turn the
-    // condition at the moment the oldest entry passes maxAge.
-    const deadLetterDue = deadLetters
-      ? Math.min(this.deadLetterReadMs, deadLetterDueInMs(deadLetters, now) ?? Infinity)
-      : undefined;
-    const after = Math.min(scaling?.polling ? this.pollMs : Infinity, deadLetterDue ?? Infinity);
-    return Number.isFinite(after) ? { requeueAfterMs: after } : {};
+    const target = eventTarget(raw);
+    if (created && plan.createdEvent) await this.emit(target, plan.createdEvent);
+    if (changed) for (const e of plan.events) await this.emit(target, e);
+
+    if (applyError) throw applyError;
+    if (obs.problems.length) throw new NeedsAttention(obs.problems.map((p) => p.message).join(' '));
+    return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
   }
 
-  /** Desired replicas from the queue's signals, through the pure decision in src/reconcile/scaling.ts. */
-  private async scale(
-    key: string,
-    spec: JobWorkerSpec,
-    current: number,
-    readyReplicas: number,
-    secrets: Map<string, string>,
-  ): Promise<ScalingOutcome> {
-    const sc = spec.scaling;
-    const scalingSpec: ScalingSpec = {
-      ...sc,
-      prefetch: spec.broker.prefetch,
-      maxConcurrency: sc.downstream?.maxConcurrency,
-    };
-    const memory = this.scaling.get(key) ?? { scaling: { recommendations: [] }, age: {} };
-    const nowMs = this.now().getTime();
-    const mgmtUrl = secrets.get('spec.broker.managementUrlSecretRef');
-    const amqpUrl = secrets.get('spec.broker.urlSecretRef');
-    let signals: Signals;
-    let age: QueueAge | undefined;
-    if (!mgmtUrl || !amqpUrl) {
-      signals = {
-        ok: false,
-        missing:
-          'no queue-age signal: set spec.broker.managementUrlSecretRef to the RabbitMQ management API',
-      };
-    } else {
-      try {
-        const stats = await fetchQueueStats(mgmtUrl, vhostOf(amqpUrl), spec.broker.queue);
-        const r = queueAge(stats, nowMs, memory.age);
-        memory.age = r.memory;
-        age = r.age;
-        signals = { ...age.signals, readyReplicas };
-        const prometheusUrl = spec.scaling.prometheusUrl ?? this.d.prometheusUrl;
-        if (prometheusUrl) {
-          const [namespace, jobworker] = key.split('/') as [string, string];
-          const fleet = await fetchFleetSignals(prometheusUrl, namespace, jobworker);
-          signals = { ...signals, throttleRate: fleet.throttleRate };
-        }
-      } catch (err) {
-        signals = {
-          ok: false,
-          missing:
-            err instanceof ManagementApiError || err instanceof PrometheusError
-              ? err.message
-              : `queue signal failed: ${(err as Error).message}`,
-        };
-      }
-    }
-    // A new fleet starts at minReplicas; an unreadable signal never moves it.
-    const base = current === 0 && !this.scaling.has(key) ? sc.minReplicas : current;
-    const d = decideReplicas(scalingSpec, base, signals, memory.scaling, nowMs);
-    memory.scaling = d.state;
-    this.scaling.set(key, memory);
-    const desired = signals.ok
-      ? d.desired
-      : Math.min(sc.maxReplicas, Math.max(sc.minReplicas, base));
-    {
-      const [namespace, jobworker] = key.split('/') as [string, string];
-      this.d.metrics.targetAge.set({ namespace, jobworker }, sc.targetOldestAgeSeconds);
+  private emit(
+    target: ReturnType<typeof eventTarget>,
+    e: { type: 'Normal' | 'Warning'; reason: string; message: string },
+  ): Promise<void> {
+    return this.d.events.emit(target, e.type, e.reason, e.message);
+  }
+
+  private setGauges(namespace: string, jobworker: string, plan: Plan): void {
+    const labels = { namespace, jobworker };
+    const m = this.d.metrics;
+    const s = plan.scaling;
+    if (s) {
+      m.targetAge.set(labels, s.targetAgeSeconds);
       for (const reason of LIMITS)
-        this.d.metrics.limitedBy.set(
-          { namespace, jobworker, reason },
-          d.limitedBy === reason ? 1 : 0,
-        );
+        m.limitedBy.set({ ...labels, reason }, s.limitedBy === reason ? 1 : 0);
+      if (s.oldestAgeSeconds !== undefined) m.oldestAge.set(labels, s.oldestAgeSeconds);
+      if (s.queueDepth !== undefined) m.queueDepth.set(labels, s.queueDepth);
     }
-    if (age) {
-      const [namespace, jobworker] = key.split('/') as [string, string];
-      this.d.metrics.oldestAge.set({ namespace, jobworker }, age.signals.oldestAgeSeconds);
-      this.d.metrics.queueDepth.set({ namespace, jobworker }, age.signals.depth);
+    if (plan.rolloutBlocked !== undefined) {
+      m.desiredReplicas.set(labels, plan.desiredReplicas);
+      m.rolloutBlocked.set(labels, plan.rolloutBlocked ? 1 : 0);
     }
-    return {
-      desired,
-      limitedBy: d.limitedBy,
-      message: d.message,
-      signalOk: signals.ok,
-      oldestAgeSeconds: age?.signals.oldestAgeSeconds,
-      queueDepth: age?.signals.depth,
-      ageSource: age?.ageSource,
-      polling: !!mgmtUrl,
-    };
-  }
-
-  private async secret(namespace: string, name: string) {
-    const k = `${namespace}/${name}`;
-    const hit = this.secretCache.get(k);
-    const now = this.now().getTime();
-    if (hit && now - hit.at < (this.d.secretTtlMs ?? 30_000)) return hit.secret;
-    const secret = await this.d.client.find<KubeObject & { data?: Record<string, string> }>(
-      'v1',
-      'Secret',
-      namespace,
-      name,
-    );
-    if (this.secretCache.size > 10_000) this.secretCache.clear();
-    // Only found Secrets are remembered: a missing one is looked for again on every retry.
-    if (secret) this.secretCache.set(k, { at: now, secret });
-    else this.secretCache.delete(k);
-    return secret;
-  }
-
-  /** Reads the Secrets the spec names; problems name the Secret and key, never a value. */
-  private async readSecrets(
-    namespace: string,
-    spec: JobWorkerSpec,
-  ): Promise<{ problems: Problem[]; values: Map<string, string> }> {
-    const refs: Array<[string, { name: string; key: string } | undefined]> = [
-      ['spec.broker.urlSecretRef', spec.broker.urlSecretRef],
-      ['spec.broker.managementUrlSecretRef', spec.broker.managementUrlSecretRef],
-      ['spec.claims.urlSecretRef', spec.claims.urlSecretRef],
-    ];
-    const problems: Problem[] = [];
-    const values = new Map<string, string>();
-    for (const [field, ref] of refs) {
-      if (!ref) continue;
-      const secret = await this.secret(namespace, ref.name);
-      const encoded = secret?.data?.[ref.key];
-      if (!secret) {
-        problems.push({
-          reason: 'SecretMissing',
-          message: `Secret ${namespace}/${ref.name} named by ${field} does not exist: create it, or fix ${field}.name.`,
-        });
-      } else if (!encoded) {
-        problems.push({
-          reason: 'SecretKeyMissing',
-          message: `Secret ${namespace}/${ref.name} has no key "${ref.key}" (${field}.key): add it, or fix ${field}.key.`,
-        });
-      } else {
-        values.set(field, Buffer.from(encoded, 'base64').toString('utf8').trim());
-      }
-    }
-    return { problems, values };
   }
 
   /**
@@ -512,59 +255,9 @@ export class JobWorkerReconciler {
     }
   }
 
-  /**
-   * The quarantine of this JobWorker's queue, from a snapshot of its claims
-   * database at most deadLetterReadMs old (one query per database, shared by
-   * its JobWorkers). A slow database holds the reconcile for at most 2 s; the
-   * read finishes in the background and the next reconcile sees it.
-   */
-  private async observeDeadLetters(
-    namespace: string,
-    name: string,
-    spec: JobWorkerSpec,
-    secrets: Map<string, string>,
-  ): Promise<DeadLetterInput | undefined> {
-    const claimsUrl = secrets.get('spec.claims.urlSecretRef');
-    if (!claimsUrl || !this.d.deadLetters) return undefined;
-    const key = `${namespace}/${name}`;
-    // A read that finishes after its JobWorker was deleted must not write: it
-    // would bring back series that forget() removed, and an alert would fire
-    // for what no longer exists. The token lives until forget().
-    let token = this.deadLetterTokens.get(key);
-    if (!token) this.deadLetterTokens.set(key, (token = {}));
-    const current = () => this.deadLetterTokens.get(key) === token;
-    const read = this.d.deadLetters.read(claimsUrl, spec.broker.queue, this.deadLetterReadMs).then(
-      (stats): DeadLetterRead => {
-        if (current())
-          this.d.metrics.setDeadLetters(namespace, name, stats, spec.deadLetter.maxAgeSeconds);
-        return { stats };
-      },
-      (err: Error): DeadLetterRead => ({
-        stats: this.deadLetterReads.get(key)?.stats,
-        error: err.message,
-      }),
-    );
-    void read.then((r) => {
-      if (current()) this.deadLetterReads.set(key, r);
-    });
-    const r =
-      (await Promise.race([
-        read,
-        new Promise<undefined>((res) => setTimeout(() => res(undefined), DEAD_LETTER_READ_WAIT_MS)),
-      ])) ?? this.deadLetterReads.get(key);
-    return {
-      owner: spec.deadLetter.owner,
-      maxAgeSeconds: spec.deadLetter.maxAgeSeconds,
-      queue: spec.broker.queue,
-      stats: r?.stats,
-      error: r?.error,
-    };
-  }
-
   private forget(namespace: string, name: string): void {
     this.scaling.delete(`${namespace}/${name}`);
-    this.deadLetterReads.delete(`${namespace}/${name}`);
-    this.deadLetterTokens.delete(`${namespace}/${name}`);
+    this.observer.forget(namespace, name);
     this.d.metrics.forgetDeadLetters(namespace, name);
     // A deleted JobWorker's series go too: alerts must not fire on what no longer exists.
     const labels = { namespace, jobworker: name };
@@ -576,18 +269,18 @@ export class JobWorkerReconciler {
       if (k.endsWith(`/${namespace}/${name}`) || k.endsWith(`/${namespace}/${name}-metrics`))
         this.verified.delete(k);
   }
+}
 
-  private eventTarget(raw: KubeObject) {
-    return {
-      apiVersion: API_VERSION,
-      kind: KIND,
-      metadata: {
-        name: raw.metadata.name,
-        namespace: raw.metadata.namespace as string,
-        uid: raw.metadata.uid as string,
-      },
-    };
-  }
+function eventTarget(raw: KubeObject) {
+  return {
+    apiVersion: API_VERSION,
+    kind: KIND,
+    metadata: {
+      name: raw.metadata.name,
+      namespace: raw.metadata.namespace as string,
+      uid: raw.metadata.uid as string,
+    },
+  };
 }
 
 /** Status as compared: undefined fields dropped (the server omits them). */

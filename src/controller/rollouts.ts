@@ -1,52 +1,30 @@
-// The rollout's observer: runs the pure planner (src/reconcile/rollout-plan.ts)
-// and reads what it asks for — a revision's pods, the schema versions seen in
-// the queue, the queued total — then plans again with the answer. Every
-// decision is the planner's; this module only reads.
+// The reads a rollout plan asks for (src/reconcile/rollout-plan.ts, `need`):
+// a revision's pods, the schema versions seen in the queue, the queued total.
+// Every decision is the planner's; this module only reads.
 import type { Logger } from 'pino';
 import type { JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import { LABEL_JOBWORKER, LABEL_REVISION } from '../reconcile/desired.js';
-import {
-  planRollout,
-  type PodFacts,
-  type RolloutAnswers,
-  type RolloutInput,
-  type RolloutNeed,
-  type RolloutPlan,
-} from '../reconcile/rollout-plan.js';
+import type { Observation } from '../reconcile/observation.js';
+import type { PodFacts, RolloutAnswers, RolloutNeed } from '../reconcile/rollout-plan.js';
 import { fetchSeenSchemaVersions } from '../signals/prometheus.js';
 import { fetchQueuedTotal, vhostOf } from '../signals/rabbitmq.js';
 
 export interface RolloutReads {
   client: KubeClient;
   log: Logger;
-  secrets: Map<string, string>;
   /** the operator's Prometheus, when the spec names none */
   prometheusUrl?: string;
 }
 
-/** Every need answered at most once: a plan asks for a few things, never in a loop. */
-const MAX_ROUNDS = 6;
-
-export async function observeAndPlanRollout(
-  input: Omit<RolloutInput, 'answers'>,
-  reads: RolloutReads,
-): Promise<RolloutPlan> {
-  const answers: RolloutAnswers = {};
-  for (let round = 0; round < MAX_ROUNDS; round++) {
-    const r = planRollout({ ...input, answers });
-    if (!('need' in r)) return r;
-    await answer(r.need, answers, input, reads);
-  }
-  throw new Error('rollout planner kept asking for observations (a bug): giving up this reconcile');
-}
-
-async function answer(
+/** Reads what a plan asked for (`need`) into `answers`; the caller plans again. */
+export async function answerRolloutNeed(
   need: RolloutNeed,
   answers: RolloutAnswers,
-  { raw, spec }: Omit<RolloutInput, 'answers'>,
+  obs: Observation,
   reads: RolloutReads,
 ): Promise<void> {
+  const { raw, spec } = obs;
   const namespace = raw.metadata.namespace as string;
   const name = raw.metadata.name;
   switch (need.kind) {
@@ -57,10 +35,10 @@ async function answer(
       };
       return;
     case 'seenVersions':
-      answers.seenVersions = await seenVersions(reads, spec, namespace, name);
+      answers.seenVersions = spec && (await seenVersions(reads, spec, namespace, name));
       return;
     case 'queued':
-      answers.queued = await queued(reads.secrets, spec.broker.queue);
+      answers.queued = spec && (await queued(obs.secrets, spec.broker.queue));
       return;
   }
 }

@@ -135,7 +135,6 @@ export class KubeClient {
         accept: 'application/json',
         ...(body !== undefined ? { 'content-type': contentType } : {}),
       },
-      signal,
     };
     await this.kc.applyToHTTPSOptions(opts);
     opts.agent = this.keepAlive(opts.agent as http.Agent | undefined);
@@ -174,6 +173,15 @@ export class KubeClient {
       });
       req.on('error', reject);
       req.setTimeout(30_000, () => req.destroy(new Error(`${method} ${path}: timed out`)));
+      // Not http.request's own `signal` option: with a keep-alive agent, a
+      // signal that fires after the response would destroy the socket the
+      // next request (a watch) reuses. The listener lives as long as the request.
+      if (signal) {
+        const abort = () => req.destroy(signal.reason as Error);
+        if (signal.aborted) abort();
+        signal.addEventListener('abort', abort, { once: true });
+        req.once('close', () => signal.removeEventListener('abort', abort));
+      }
       if (payload !== undefined) req.write(payload);
       req.end();
     });

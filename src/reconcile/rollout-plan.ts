@@ -251,13 +251,6 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       }
     }
   }
-  if (!blocked)
-    conditions.push({
-      type: 'RolloutBlocked',
-      status: 'False',
-      reason: 'Compatible',
-      message: 'No incompatible change is pending.',
-    });
 
   const isRollback =
     !state && !!deployed && target !== deployed && Number(target) < Number(deployed);
@@ -316,13 +309,6 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
         message: lastRollback.message,
       };
   }
-  if (!state && !conditions.some((c) => c.type === 'Draining'))
-    conditions.push({
-      type: 'Draining',
-      status: 'False',
-      reason: 'NotDraining',
-      message: 'No drain is in progress.',
-    });
   if (aborted && !state && step.finished?.trigger === 'AutoRollback')
     events.push({
       type: 'Warning',

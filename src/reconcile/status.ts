@@ -196,7 +196,12 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
   if (i.rollout?.progressing) set(i.rollout.progressing);
   for (const c of i.rollout?.conditions ?? []) set(c);
 
-  if (!conditions.some((c) => c.type === 'RolloutBlocked')) {
+  // The defaults, in one place: a planned rollout that says nothing of a
+  // condition clears it (a drain keeps its own while it lasts); without a plan
+  // (a broken spec) what was recorded stays, and only a missing one is added.
+  const says = (type: string) => (i.rollout?.conditions ?? []).some((c) => c.type === type);
+  const absent = (type: string) => !conditions.some((c) => c.type === type);
+  if (!says('RolloutBlocked') && (i.rollout || absent('RolloutBlocked'))) {
     set({
       type: 'RolloutBlocked',
       status: 'False',
@@ -204,7 +209,7 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
       message: 'No incompatible change is pending.',
     });
   }
-  if (!conditions.some((c) => c.type === 'Draining')) {
+  if (!says('Draining') && ((i.rollout && !i.rollout.rollingBack) || absent('Draining'))) {
     set({
       type: 'Draining',
       status: 'False',

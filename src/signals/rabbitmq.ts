@@ -1,25 +1,7 @@
-// Queue signals from the RabbitMQ management API: depth, rates and the age of
-// the oldest waiting message. Classic queues report the head message's
-// publisher timestamp (our producer sets it); quorum queues do not
-// (rabbitmq-server#6813), so their age is estimated and says so.
-import type { Signals } from '../reconcile/scaling.js';
-
-export interface QueueStats {
-  /** classic, quorum or stream */
-  type: string;
-  messagesReady: number;
-  messagesUnacked: number;
-  consumers: number;
-  /** seconds since the epoch; classic queues only */
-  headMessageTimestamp?: number;
-  publishRate: number;
-  ackRate: number;
-}
-
-export interface QueueAge {
-  signals: Extract<Signals, { ok: true }>;
-  ageSource: 'HeadTimestamp' | 'Estimated';
-}
+// Queue signals from the RabbitMQ management API: depth, rates and the head
+// message's timestamp (classic queues; src/reconcile/queue-age.ts turns them
+// into the age of the oldest waiting message).
+import type { QueueStats } from '../reconcile/queue-age.js';
 
 interface ManagementQueue {
   type?: string;
@@ -64,67 +46,6 @@ export async function fetchQueueStats(
     headMessageTimestamp: q.head_message_timestamp ?? undefined,
     publishRate: q.message_stats?.publish_details?.rate ?? 0,
     ackRate: q.message_stats?.ack_details?.rate ?? 0,
-  };
-}
-
-/** Remembers, per queue, since when it has been non-empty (for the quorum estimate). */
-export interface AgeMemory {
-  nonEmptySince?: number;
-  /** we saw the queue empty, so nonEmptySince bounds every message's wait */
-  sawEmpty?: boolean;
-}
-
-/**
- * Age of the oldest waiting message, pure. With a head timestamp: now − it.
- * Without (quorum queues) it is estimated: by Little's law the head has
- * waited about depth / arrival rate; and once we have seen the queue empty,
- * no message can have waited longer than it has been non-empty since.
- */
-export function queueAge(
-  stats: QueueStats,
-  nowMs: number,
-  memory: AgeMemory,
-): { age: QueueAge; memory: AgeMemory } {
-  const depth = stats.messagesReady;
-  const base = {
-    depth,
-    unacked: stats.messagesUnacked,
-    arrivalRate: stats.publishRate,
-    completionRate: stats.ackRate,
-  };
-  const estimated = stats.type === 'quorum' || stats.type === 'stream';
-  if (depth === 0) {
-    return {
-      age: {
-        signals: { ok: true, oldestAgeSeconds: 0, ...base },
-        ageSource: estimated ? 'Estimated' : 'HeadTimestamp',
-      },
-      memory: { sawEmpty: true },
-    };
-  }
-  const next: AgeMemory = { ...memory, nonEmptySince: memory.nonEmptySince ?? nowMs };
-  if (stats.headMessageTimestamp) {
-    return {
-      age: {
-        signals: {
-          ok: true,
-          oldestAgeSeconds: Math.max(0, nowMs / 1000 - stats.headMessageTimestamp),
-          ...base,
-        },
-        ageSource: 'HeadTimestamp',
-      },
-      memory: next,
-    };
-  }
-  const waited = (nowMs - (next.nonEmptySince ?? nowMs)) / 1000;
-  const little = stats.publishRate > 0 ? depth / stats.publishRate : undefined;
-  const bounds = [little, next.sawEmpty ? waited : undefined].filter(
-    (v): v is number => v !== undefined,
-  );
-  const oldest = bounds.length ? Math.min(...bounds) : waited;
-  return {
-    age: { signals: { ok: true, oldestAgeSeconds: oldest, ...base }, ageSource: 'Estimated' },
-    memory: next,
   };
 }
 

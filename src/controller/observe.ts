@@ -1,0 +1,239 @@
+// Every read of one JobWorker reconcile, into one Observation: the spec and
+// what is wrong with it, the Secrets it names (values stay in memory), its
+// Deployment, the queue's statistics and throttling, and the quarantine
+// snapshot. Each source is a value or the reason it is missing; nothing here
+// decides anything (src/reconcile/plan.ts does).
+import { API_VERSION, KIND, parseSpec, type JobWorkerSpec } from '../api/jobworker.js';
+import type { KubeClient, KubeObject } from '../kube/client.js';
+import type { OperatorMetrics } from '../metrics.js';
+import { envProblems } from '../reconcile/desired.js';
+import type { Observation, Problem, QueueObservation } from '../reconcile/observation.js';
+import type { DeadLetterInput } from '../reconcile/status.js';
+import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.js';
+import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
+import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
+
+export interface ObserverDeps {
+  client: KubeClient;
+  metrics: OperatorMetrics;
+  now: () => Date;
+  cache?: (
+    kind: 'JobWorker' | 'Deployment',
+    namespace: string,
+    name: string,
+  ) => KubeObject | undefined;
+  secretTtlMs?: number;
+  prometheusUrl?: string;
+  deadLetters?: DeadLetterReader;
+  deadLetterReadMs: number;
+}
+
+interface DeadLetterRead {
+  stats?: DeadLetterStats;
+  error?: string;
+}
+
+/** How long a reconcile waits for a quarantine read before going on with the last one. */
+const DEAD_LETTER_READ_WAIT_MS = 2000;
+
+export class Observer {
+  /** Secrets are not watched (they are not ours to list): read at most every 30 s per Secret. */
+  private readonly secretCache = new Map<
+    string,
+    { at: number; secret: (KubeObject & { data?: Record<string, string> }) | undefined }
+  >();
+  /** per JobWorker: the last quarantine read (its stats, or the error and the stats before it) */
+  private readonly deadLetterReads = new Map<string, DeadLetterRead>();
+  /** per JobWorker until it is forgotten: a read started before forget() writes nothing */
+  private readonly deadLetterTokens = new Map<string, object>();
+
+  constructor(private readonly d: ObserverDeps) {}
+
+  async jobWorker(namespace: string, name: string): Promise<KubeObject | undefined> {
+    return this.d.cache
+      ? this.d.cache('JobWorker', namespace, name)
+      : this.d.client.find<KubeObject>(API_VERSION, KIND, namespace, name);
+  }
+
+  async observe(raw: KubeObject): Promise<Observation> {
+    const namespace = raw.metadata.namespace as string;
+    const name = raw.metadata.name;
+    const parsed = parseSpec(raw.spec);
+    const problems: Problem[] = [];
+    if (!parsed.ok)
+      problems.push({
+        reason: 'InvalidSpec',
+        message: `The spec is invalid: ${parsed.problems.join('; ')}.`,
+      });
+    const spec = parsed.ok ? parsed.spec : undefined;
+    if (spec) {
+      const env = envProblems(spec);
+      if (env.length) problems.push({ reason: 'InvalidSpec', message: env.join(' ') });
+    }
+    const secrets = spec
+      ? await this.readSecrets(namespace, spec)
+      : { problems: [], values: new Map<string, string>() };
+    problems.push(...secrets.problems);
+    const deployment = this.d.cache
+      ? this.d.cache('Deployment', namespace, name)
+      : await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, name);
+    const polling = !!secrets.values.get('spec.broker.managementUrlSecretRef');
+    const queue =
+      spec && problems.length === 0
+        ? await this.queue(namespace, name, spec, secrets.values)
+        : undefined;
+    const deadLetters =
+      spec && this.d.deadLetters
+        ? await this.observeDeadLetters(namespace, name, spec, secrets.values)
+        : undefined;
+    return {
+      raw,
+      spec,
+      problems,
+      secrets: secrets.values,
+      deployment,
+      ...(queue && { queue }),
+      polling,
+      ...(deadLetters && { deadLetters }),
+    };
+  }
+
+  /** Drops what was kept for a deleted JobWorker; a quarantine read still running writes nothing. */
+  forget(namespace: string, name: string): void {
+    this.deadLetterReads.delete(`${namespace}/${name}`);
+    this.deadLetterTokens.delete(`${namespace}/${name}`);
+  }
+
+  private async queue(
+    namespace: string,
+    name: string,
+    spec: JobWorkerSpec,
+    secrets: Map<string, string>,
+  ): Promise<QueueObservation> {
+    const mgmtUrl = secrets.get('spec.broker.managementUrlSecretRef');
+    const amqpUrl = secrets.get('spec.broker.urlSecretRef');
+    if (!mgmtUrl || !amqpUrl)
+      return {
+        ok: false,
+        missing:
+          'no queue-age signal: set spec.broker.managementUrlSecretRef to the RabbitMQ management API',
+      };
+    try {
+      const stats = await fetchQueueStats(mgmtUrl, vhostOf(amqpUrl), spec.broker.queue);
+      const prometheusUrl = spec.scaling.prometheusUrl ?? this.d.prometheusUrl;
+      if (!prometheusUrl) return { ok: true, stats };
+      const fleet = await fetchFleetSignals(prometheusUrl, namespace, name);
+      return { ok: true, stats, throttleRate: fleet.throttleRate };
+    } catch (err) {
+      return {
+        ok: false,
+        missing:
+          err instanceof ManagementApiError || err instanceof PrometheusError
+            ? err.message
+            : `queue signal failed: ${(err as Error).message}`,
+      };
+    }
+  }
+
+  private async secret(namespace: string, name: string) {
+    const k = `${namespace}/${name}`;
+    const hit = this.secretCache.get(k);
+    const now = this.d.now().getTime();
+    if (hit && now - hit.at < (this.d.secretTtlMs ?? 30_000)) return hit.secret;
+    const secret = await this.d.client.find<KubeObject & { data?: Record<string, string> }>(
+      'v1',
+      'Secret',
+      namespace,
+      name,
+    );
+    if (this.secretCache.size > 10_000) this.secretCache.clear();
+    // Only found Secrets are remembered: a missing one is looked for again on every retry.
+    if (secret) this.secretCache.set(k, { at: now, secret });
+    else this.secretCache.delete(k);
+    return secret;
+  }
+
+  /** Reads the Secrets the spec names; problems name the Secret and key, never a value. */
+  private async readSecrets(
+    namespace: string,
+    spec: JobWorkerSpec,
+  ): Promise<{ problems: Problem[]; values: Map<string, string> }> {
+    const refs: Array<[string, { name: string; key: string } | undefined]> = [
+      ['spec.broker.urlSecretRef', spec.broker.urlSecretRef],
+      ['spec.broker.managementUrlSecretRef', spec.broker.managementUrlSecretRef],
+      ['spec.claims.urlSecretRef', spec.claims.urlSecretRef],
+    ];
+    const problems: Problem[] = [];
+    const values = new Map<string, string>();
+    for (const [field, ref] of refs) {
+      if (!ref) continue;
+      const secret = await this.secret(namespace, ref.name);
+      const encoded = secret?.data?.[ref.key];
+      if (!secret) {
+        problems.push({
+          reason: 'SecretMissing',
+          message: `Secret ${namespace}/${ref.name} named by ${field} does not exist: create it, or fix ${field}.name.`,
+        });
+      } else if (!encoded) {
+        problems.push({
+          reason: 'SecretKeyMissing',
+          message: `Secret ${namespace}/${ref.name} has no key "${ref.key}" (${field}.key): add it, or fix ${field}.key.`,
+        });
+      } else {
+        values.set(field, Buffer.from(encoded, 'base64').toString('utf8').trim());
+      }
+    }
+    return { problems, values };
+  }
+
+  /**
+   * The quarantine of this JobWorker's queue, from a snapshot of its claims
+   * database at most deadLetterReadMs old (one query per database, shared by
+   * its JobWorkers). A slow database holds the reconcile for at most 2 s; the
+   * read finishes in the background and the next reconcile sees it.
+   */
+  private async observeDeadLetters(
+    namespace: string,
+    name: string,
+    spec: JobWorkerSpec,
+    secrets: Map<string, string>,
+  ): Promise<DeadLetterInput | undefined> {
+    const claimsUrl = secrets.get('spec.claims.urlSecretRef');
+    if (!claimsUrl || !this.d.deadLetters) return undefined;
+    const key = `${namespace}/${name}`;
+    // A read that finishes after its JobWorker was deleted must not write: it
+    // would bring back series that forget() removed, and an alert would fire
+    // for what no longer exists. The token lives until forget().
+    let token = this.deadLetterTokens.get(key);
+    if (!token) this.deadLetterTokens.set(key, (token = {}));
+    const current = () => this.deadLetterTokens.get(key) === token;
+    const read = this.d.deadLetters
+      .read(claimsUrl, spec.broker.queue, this.d.deadLetterReadMs)
+      .then(
+        (stats): DeadLetterRead => {
+          if (current())
+            this.d.metrics.setDeadLetters(namespace, name, stats, spec.deadLetter.maxAgeSeconds);
+          return { stats };
+        },
+        (err: Error): DeadLetterRead => ({
+          stats: this.deadLetterReads.get(key)?.stats,
+          error: err.message,
+        }),
+      );
+    void read.then((r) => {
+      if (current()) this.deadLetterReads.set(key, r);
+    });
+    const r =
+      (await Promise.race([
+        read,
+        new Promise<undefined>((res) => setTimeout(() => res(undefined), DEAD_LETTER_READ_WAIT_MS)),
+      ])) ?? this.deadLetterReads.get(key);
+    return {
+      owner: spec.deadLetter.owner,
+      maxAgeSeconds: spec.deadLetter.maxAgeSeconds,
+      queue: spec.broker.queue,
+      stats: r?.stats,
+      error: r?.error,
+    };
+  }
+}

@@ -1,0 +1,31 @@
+// What one JobWorker reconcile observed (src/controller/observe.ts reads it):
+// each source a value, or the reason it is missing.
+import type { JobWorkerSpec } from '../api/jobworker.js';
+import type { KubeObject } from '../kube/client.js';
+import type { QueueStats } from './queue-age.js';
+import type { DeadLetterInput } from './status.js';
+
+export interface Problem {
+  reason: string;
+  message: string;
+}
+
+/** The queue as read for scaling: its statistics, or why there are none. */
+export type QueueObservation =
+  { ok: true; stats: QueueStats; throttleRate?: number } | { ok: false; missing: string };
+
+export interface Observation {
+  raw: KubeObject;
+  /** the parsed spec; undefined when it is invalid (the problems say why) */
+  spec: JobWorkerSpec | undefined;
+  /** what a person must fix: an invalid spec, a missing Secret or key */
+  problems: Problem[];
+  /** Secret values by the field that names them (never logged, never in status) */
+  secrets: Map<string, string>;
+  deployment: KubeObject | undefined;
+  /** read only when the spec is valid and nothing is missing */
+  queue?: QueueObservation;
+  /** whether the queue is read at all (a management URL is set): the reconcile polls then */
+  polling: boolean;
+  deadLetters?: DeadLetterInput;
+}
