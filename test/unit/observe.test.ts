@@ -1,0 +1,76 @@
+// The observer's one piece of memory that outlives a JobWorker: a quarantine
+// read still running when the JobWorker is deleted must not bring its metric
+// series back (an alert would fire for what no longer exists).
+import { describe, expect, it } from 'vitest';
+import { Observer } from '../../src/controller/observe.js';
+import type { KubeClient, KubeObject } from '../../src/kube/client.js';
+import { operatorMetrics } from '../../src/metrics.js';
+import type { DeadLetterReader, DeadLetterStats } from '../../src/signals/dead-letters.js';
+
+const jobWorker: KubeObject = {
+  apiVersion: 'jobfleet.dev/v1alpha1',
+  kind: 'JobWorker',
+  metadata: { name: 'w', namespace: 'ns', generation: 1 },
+  spec: {
+    image: 'r/w:1',
+    broker: { urlSecretRef: { name: 'rabbitmq', key: 'url' }, queue: 'q' },
+    claims: { urlSecretRef: { name: 'claims-db', key: 'url' } },
+    contract: { idempotencyKey: 'k:{id}', schemaVersions: [1] },
+    deadLetter: { owner: 'team' },
+  },
+};
+
+/** Secrets exist, the Deployment does not; nothing else is read. */
+const client = {
+  find: (_apiVersion: string, kind: string, _ns: string, name: string) =>
+    Promise.resolve(
+      kind === 'Secret'
+        ? {
+            metadata: { name },
+            data: { url: Buffer.from('postgres://u:p@db/c').toString('base64') },
+          }
+        : undefined,
+    ),
+} as unknown as KubeClient;
+
+function setUp() {
+  let finish: (s: DeadLetterStats) => void = () => undefined;
+  const reads = {
+    read: () => new Promise<DeadLetterStats>((resolve) => (finish = resolve)),
+  } as unknown as DeadLetterReader;
+  const metrics = operatorMetrics();
+  const observer = new Observer({
+    client,
+    metrics,
+    now: () => new Date('2026-11-30T12:00:00Z'),
+    deadLetters: reads,
+    deadLetterReadMs: 30_000,
+  });
+  const series = async () =>
+    (await metrics.registry.getSingleMetric('jobfleet_dead_letters_quarantined')?.get())?.values
+      .length ?? 0;
+  return { observer, series, finish: (s: DeadLetterStats) => finish(s) };
+}
+
+const stats = { quarantined: 3, oldestAt: new Date('2026-11-30T11:00:00Z') } as DeadLetterStats;
+
+describe('Observer: quarantine reads', () => {
+  it('a read that finishes writes the JobWorker’s series', async () => {
+    const { observer, series, finish } = setUp();
+    const observed = observer.observe(jobWorker);
+    await new Promise((r) => setImmediate(r));
+    finish(stats);
+    expect((await observed).deadLetters?.stats?.quarantined).toBe(3);
+    expect(await series()).toBe(1);
+  });
+
+  it('a read that finishes after the JobWorker was forgotten writes nothing', async () => {
+    const { observer, series, finish } = setUp();
+    const observed = observer.observe(jobWorker);
+    await new Promise((r) => setImmediate(r));
+    observer.forget('ns', 'w');
+    finish(stats);
+    await observed;
+    expect(await series()).toBe(0);
+  });
+});
