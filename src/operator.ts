@@ -89,11 +89,10 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     },
     onStoppedLeading: () => {
       metrics.isLeader.set(0);
-      // Restart in-process, not exit (client-go's default): the old term's
-      // queues stop taking keys at once, and its running reconciles end well
-      // within the lease duration's margin over the renew deadline (they are
-      // bounded by the API's own timeouts); an exit would also take down
-      // /metrics and /healthz and cost every cache a full relist.
+      // Campaign again in-process rather than exit (client-go's default): the
+      // ended term's queues take no new keys at once, and /metrics and
+      // /healthz stay up. A reconcile already running finishes (its calls are
+      // bounded by the client's timeout, not the lease): docs/rollouts.md.
       const ended = term;
       term = undefined;
       void ended?.stop();
