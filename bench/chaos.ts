@@ -18,6 +18,7 @@ import { publish } from '../worker/index.js';
 import { repoRoot } from '../test/ground/control-plane.js';
 import { createSchema } from '../test/ground/postgres.js';
 import { createVhost, type RabbitVhost } from '../test/ground/rabbit.js';
+import { prng } from '../test/ground/prng.js';
 import { configuredUrls } from '../test/ground/services.js';
 import { header, writeSection } from './results.js';
 
@@ -71,18 +72,6 @@ interface Figures {
   verifySummary: string;
   wallSeconds: number;
   seed: number;
-}
-
-/** mulberry32: a seeded PRNG, so a run's job mix can be reproduced. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -13,15 +13,18 @@ import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.
 import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
 
+/** A JobWorker or Deployment as a watch last saw it (the informers' caches). */
+export type ObjectCache = (
+  kind: 'JobWorker' | 'Deployment',
+  namespace: string,
+  name: string,
+) => KubeObject | undefined;
+
 export interface ObserverDeps {
   client: KubeClient;
   metrics: OperatorMetrics;
   now: () => Date;
-  cache?: (
-    kind: 'JobWorker' | 'Deployment',
-    namespace: string,
-    name: string,
-  ) => KubeObject | undefined;
+  cache?: ObjectCache;
   secretTtlMs?: number;
   prometheusUrl?: string;
   deadLetters?: DeadLetterReader;

@@ -7,7 +7,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
 import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
 import { KubeApiError, type KubeClient, type KubeObject } from '../kube/client.js';
-import type { EventRecorder } from '../kube/events.js';
+import { eventTarget, type EventRecorder, type EventTarget } from '../kube/events.js';
 import type { OperatorMetrics } from '../metrics.js';
 import { FIELD_MANAGER } from '../reconcile/desired.js';
 import type { Observation } from '../reconcile/observation.js';
@@ -16,7 +16,7 @@ import type { RolloutAnswers } from '../reconcile/rollout-plan.js';
 import type { LimitedBy } from '../reconcile/scaling.js';
 import { isSubset } from '../reconcile/subset.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
-import { Observer } from './observe.js';
+import { Observer, type ObjectCache } from './observe.js';
 import { answerRolloutNeed } from './rollouts.js';
 import type { ProcessResult } from './workqueue.js';
 
@@ -44,11 +44,7 @@ export interface ReconcilerDeps {
    * GETs: at a thousand JobWorkers, a GET per object per reconcile is most of
    * the apiserver's load.
    */
-  cache?: (
-    kind: 'JobWorker' | 'Deployment',
-    namespace: string,
-    name: string,
-  ) => KubeObject | undefined;
+  cache?: ObjectCache;
   /** how long a read Secret is reused (default 30 s): a rotated credential is seen within this */
   secretTtlMs?: number;
   /** Prometheus for fleet signals when a JobWorker names none (spec.scaling.prometheusUrl) */
@@ -174,7 +170,7 @@ export class JobWorkerReconciler {
       );
       faultAfterRolloutStep(plan.status.rollout?.phase);
     }
-    const target = eventTarget(raw);
+    const target = eventTarget({ ...raw, apiVersion: API_VERSION, kind: KIND });
     if (created && plan.createdEvent) await this.emit(target, plan.createdEvent);
     if (changed) for (const e of plan.events) await this.emit(target, e);
 
@@ -184,7 +180,7 @@ export class JobWorkerReconciler {
   }
 
   private emit(
-    target: ReturnType<typeof eventTarget>,
+    target: EventTarget,
     e: { type: 'Normal' | 'Warning'; reason: string; message: string },
   ): Promise<void> {
     return this.d.events.emit(target, e.type, e.reason, e.message);
@@ -269,18 +265,6 @@ export class JobWorkerReconciler {
       if (k.endsWith(`/${namespace}/${name}`) || k.endsWith(`/${namespace}/${name}-metrics`))
         this.verified.delete(k);
   }
-}
-
-function eventTarget(raw: KubeObject) {
-  return {
-    apiVersion: API_VERSION,
-    kind: KIND,
-    metadata: {
-      name: raw.metadata.name,
-      namespace: raw.metadata.namespace as string,
-      uid: raw.metadata.uid as string,
-    },
-  };
 }
 
 /** Status as compared: undefined fields dropped (the server omits them). */

@@ -17,7 +17,7 @@ import {
 import { replay, type ReplayProgress } from '../dlq/replay.js';
 import { DeadLetterStore } from '../dlq/store.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
-import type { EventRecorder } from '../kube/events.js';
+import { eventTarget, type EventRecorder } from '../kube/events.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
 import { FIELD_MANAGER } from '../reconcile/desired.js';
 import { ClaimStore } from '../../worker/claim-store.js';
@@ -115,15 +115,7 @@ export class JobReplayController {
       await new ClaimStore(pool).migrate(); // the audit tables, when no worker of this version ran yet
       const store = new DeadLetterStore(pool);
       const startedAt = jr.status?.startedAt ?? iso(this.now());
-      const target = {
-        apiVersion: API_VERSION,
-        kind: REPLAY_KIND,
-        metadata: {
-          name: jr.metadata.name,
-          namespace: jr.metadata.namespace as string,
-          uid: jr.metadata.uid as string,
-        },
-      };
+      const target = eventTarget({ ...jr, apiVersion: API_VERSION, kind: REPLAY_KIND });
       if (!jr.status?.startedAt)
         await this.d.events.emit(
           target,

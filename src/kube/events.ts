@@ -3,12 +3,25 @@
 // within ten minutes is dropped, so a steady state writes none.
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { KubeClient } from './client.js';
+import type { KubeClient, KubeObject } from './client.js';
 
 export interface EventTarget {
   apiVersion: string;
   kind: string;
   metadata: { name: string; namespace: string; uid: string; resourceVersion?: string };
+}
+
+/** The object an event is about, as the event's involvedObject names it. */
+export function eventTarget(obj: KubeObject): EventTarget {
+  return {
+    apiVersion: obj.apiVersion,
+    kind: obj.kind,
+    metadata: {
+      name: obj.metadata.name,
+      namespace: obj.metadata.namespace as string,
+      uid: obj.metadata.uid as string,
+    },
+  };
 }
 
 export class EventRecorder {

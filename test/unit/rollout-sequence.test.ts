@@ -21,6 +21,7 @@ import type { Observation } from '../../src/reconcile/observation.js';
 import { planJobWorker, type Plan, type ScalingMemory } from '../../src/reconcile/plan.js';
 import { revisionOf, type RolloutAnswers } from '../../src/reconcile/rollout-plan.js';
 import { gate, type Contract } from '../../src/reconcile/rollout.js';
+import { prng } from '../ground/prng.js';
 
 const REPLICAS = 2;
 const START_S = 2; // a pod is ready this long after it is created
@@ -69,18 +70,6 @@ function specJson(
     scaling: { minReplicas: REPLICAS, maxReplicas: REPLICAS, targetOldestAgeSeconds: 30 },
     shutdown: { drainDeadlineSeconds: 10 },
     rollout: { historyLimit, analysisSeconds: 120, verifySeconds: 60 },
-  };
-}
-
-/** mulberry32 */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
 
