@@ -316,6 +316,25 @@ export class ClaimStore {
     );
   }
 
+  /**
+   * Gives a throttled claim back without spending its attempt: 'released',
+   * 'ceiling' (maxThrottled throttled retries already), or 'lost' (fenced out).
+   */
+  async releaseForThrottle(
+    key: string,
+    owner: string,
+    delaySeconds: number,
+    error: string,
+    maxThrottled: number,
+  ): Promise<'released' | 'ceiling' | 'lost'> {
+    const { rows } = await this.pool.query<{ before: number | null; released: number }>(
+      named('releaseForThrottle', [key, owner, delaySeconds, error, maxThrottled]),
+    );
+    const r = rows[0];
+    if (!r || r.before === null) return 'lost';
+    return r.released === 1 ? 'released' : 'ceiling';
+  }
+
   async releaseForDrain(key: string, owner: string): Promise<boolean> {
     return ((await this.pool.query(named('releaseForDrain', [key, owner]))).rowCount ?? 0) === 1;
   }

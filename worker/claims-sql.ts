@@ -201,6 +201,14 @@ end
 $fn$;
 `,
   },
+  {
+    version: 5,
+    sql: `
+-- Throttled retries (a 429 from the dependency) are counted apart from
+-- attempts: they spend none, and have their own ceiling.
+alter table jobfleet_claims add column throttled integer not null default 0;
+`,
+  },
 ];
 
 export const LOCK_ID = 0x6a6f62666c; // "jobfl": serialises migrations across workers
@@ -234,6 +242,29 @@ export const SQL = {
                     set state = 'released', lease_until = null, retry_at = now() + make_interval(secs => $3),
                         last_error = $4, updated_at = now()
                     where key = $1 and owner = $2 and state = 'running'`,
+
+  /**
+   * $1 key, $2 owner, $3 seconds until the retry may run, $4 error, $5 the
+   * ceiling of throttled retries. The dependency throttled: the claim goes
+   * back with its attempt refunded (the job did not fail; its dependency was
+   * busy) and the throttled count raised — unless that count reached the
+   * ceiling. \`before\` is the count before (null: the claim was lost),
+   * \`released\` whether it went back.
+   */
+  releaseForThrottle: `
+with cur as (
+  select key, throttled from jobfleet_claims
+  where key = $1 and owner = $2 and state = 'running'
+  for update
+), released as (
+  update jobfleet_claims c
+  set state = 'released', lease_until = null, retry_at = now() + make_interval(secs => $3),
+      last_error = $4, attempts = greatest(c.attempts - 1, 0), throttled = c.throttled + 1,
+      updated_at = now()
+  from cur where c.key = cur.key and cur.throttled < $5
+  returning 1
+)
+select (select throttled from cur) as before, (select count(*) from released)::int as released`,
 
   /**
    * $1 key, $2 owner. A drain gives the claim back at once and refunds the

@@ -53,6 +53,8 @@ export interface DeliveryDeps {
   leases: LeaseKeeper;
   leaseSeconds: number;
   maxAttempts: number;
+  /** throttled retries of one job before it is dead-lettered (they spend no attempt) */
+  maxThrottledRetries: number;
   maxMessageBytes: number;
   initialDelayMs: number;
   maxDelayMs: number;
@@ -403,7 +405,8 @@ async function failed(
       firstSeenAt,
     });
   }
-  if (attempt >= d.maxAttempts) {
+  const throttled = err instanceof Throttled;
+  if (!throttled && attempt >= d.maxAttempts) {
     return deadLetter(msg, d, {
       envelope: env,
       failureClass: 'attempts_exhausted',
@@ -413,7 +416,6 @@ async function failed(
       firstSeenAt,
     });
   }
-  const throttled = err instanceof Throttled;
   if (throttled) d.metrics.throttled.inc({ type: env.type });
   const delayMs = retryDelayMs(
     { initialDelayMs: d.initialDelayMs, maxDelayMs: d.maxDelayMs },
@@ -422,18 +424,43 @@ async function failed(
     d.random,
   );
   // Release first, with the retry time, so that no other copy of this key can
-  // run early; then the confirmed retry copy; then the ack.
-  if (!(await d.store.releaseForRetry(env.key, owner, delayMs / 1000, message))) {
+  // run early; then the confirmed retry copy; then the ack. A throttled run
+  // spends no attempt (the dependency was busy, the job did not fail), so a
+  // long throttling incident cannot dead-letter good jobs; it has a ceiling
+  // of its own.
+  if (throttled) {
+    const r = await d.store.releaseForThrottle(
+      env.key,
+      owner,
+      delayMs / 1000,
+      message,
+      d.maxThrottledRetries,
+    );
+    if (r === 'lost') return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
+    if (r === 'ceiling')
+      return deadLetter(msg, d, {
+        envelope: env,
+        failureClass: 'attempts_exhausted',
+        reason: compactReason(
+          `the dependency throttled it ${d.maxThrottledRetries} times (spec.retry.maxThrottledRetries); last: ${message}`,
+        ),
+        attempts: attempt,
+        claimOwner: owner,
+        firstSeenAt,
+      });
+  } else if (!(await d.store.releaseForRetry(env.key, owner, delayMs / 1000, message))) {
     return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
   }
   d.metrics.retries.inc({ type: env.type, reason: throttled ? 'throttled' : 'error' });
   d.metrics.jobs.inc({ type: env.type, outcome: 'retried' });
+  // the attempts spent so far (a throttled run was refunded)
+  const spent = throttled ? attempt - 1 : attempt;
   await publishDelayed(msg, d, delayMs, {
-    [HEADERS.attempt]: attempt,
+    [HEADERS.attempt]: spent,
     [HEADERS.lastError]: message,
   });
   d.fault('before-ack');
-  d.ack(msg, journal(msg, env, 'retried', attempt));
+  d.ack(msg, journal(msg, env, 'retried', spent));
   return 'retried';
 }
 

@@ -359,6 +359,7 @@ class QueueWorker implements Worker {
       store: this.store,
       leaseSeconds: c.leaseSeconds,
       maxAttempts: c.maxAttempts,
+      maxThrottledRetries: c.maxThrottledRetries,
       maxMessageBytes: c.maxMessageBytes,
       initialDelayMs: c.initialDelaySeconds * 1000,
       maxDelayMs: c.maxDelaySeconds * 1000,

@@ -118,6 +118,15 @@ export const jobWorkerSpec = z.object({
   retry: z
     .object({
       maxAttempts: z.number().int().min(1).max(100).default(5),
+      maxThrottledRetries: z
+        .number()
+        .int()
+        .min(0)
+        .max(10_000)
+        .default(100)
+        .describe(
+          'A retry because the dependency throttled (429, Throttled; Retry-After honoured) spends no attempt; past this many such retries of one job, it is dead-lettered',
+        ),
       initialDelaySeconds: z.number().int().min(1).max(86_400).default(1),
       maxDelaySeconds: z.number().int().min(1).max(86_400).default(600),
       deadLetterQueue: queueName.optional().describe('Defaults to "<queue>.dlq"'),
@@ -131,7 +140,12 @@ export const jobWorkerSpec = z.object({
         },
       ]),
     )
-    .default({ maxAttempts: 5, initialDelaySeconds: 1, maxDelaySeconds: 600 }),
+    .default({
+      maxAttempts: 5,
+      maxThrottledRetries: 100,
+      initialDelaySeconds: 1,
+      maxDelaySeconds: 600,
+    }),
   scaling: z
     .object({
       minReplicas: z.number().int().min(0).max(10_000).default(1),

@@ -72,6 +72,11 @@ const WORKER_ENV: ReadonlyArray<{
   { field: 'queueType', from: 'spec.broker.queueType', value: (s) => s.broker.queueType },
   { field: 'maxAttempts', from: 'spec.retry.maxAttempts', value: (s) => s.retry.maxAttempts },
   {
+    field: 'maxThrottledRetries',
+    from: 'spec.retry.maxThrottledRetries',
+    value: (s) => s.retry.maxThrottledRetries,
+  },
+  {
     field: 'initialDelaySeconds',
     from: 'spec.retry.initialDelaySeconds',
     value: (s) => s.retry.initialDelaySeconds,

@@ -42,7 +42,12 @@ describe('JobWorker CRD', () => {
   it('accepts the example and fills the defaults', async () => {
     const jw = await create('ok', example.spec);
     expect(jw.spec.broker).toMatchObject({ prefetch: 8, queueType: 'classic' });
-    expect(jw.spec.retry).toEqual({ maxAttempts: 5, initialDelaySeconds: 1, maxDelaySeconds: 600 });
+    expect(jw.spec.retry).toEqual({
+      maxAttempts: 5,
+      maxThrottledRetries: 100,
+      initialDelaySeconds: 1,
+      maxDelaySeconds: 600,
+    });
     expect(jw.spec.scaling).toMatchObject({
       minReplicas: 1,
       maxReplicas: 10,

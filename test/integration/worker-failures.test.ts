@@ -76,7 +76,7 @@ describe('step 5: failures', () => {
     expect(await h.messages(QUEUE)).toBe(0);
   });
 
-  it('Throttled with Retry-After: does not run again before that instant; the attempt counts; then completes', async () => {
+  it('Throttled with Retry-After: does not run again before that instant; spends no attempt; then completes', async () => {
     let calls = 0;
     const w = await h.startWorker({
       handlers: {
@@ -94,7 +94,7 @@ describe('step 5: failures', () => {
     await h.waitOutcomes(w, 1);
     const failedAt = Date.now();
     expect(w.outcomes).toEqual(['retried']);
-    expect(await h.claim(key)).toMatchObject({ state: 'released', attempts: 1 });
+    expect(await h.claim(key)).toMatchObject({ state: 'released', attempts: 0, throttled: 1 });
     // Scheduled in the broker: the 4 s tier (the smallest not shorter than 3 s).
     expect(await h.messages(`${QUEUE}.retry.4s`)).toBe(1);
     await h.waitOutcomes(w, 2);
@@ -102,9 +102,45 @@ describe('step 5: failures', () => {
     const [at] = await effectTimes(key);
     expect(at! - failedAt).toBeGreaterThanOrEqual(2900);
     expect(at! - first).toBeGreaterThanOrEqual(3000);
-    expect(await h.claim(key)).toMatchObject({ state: 'completed', attempts: 2 });
+    expect(await h.claim(key)).toMatchObject({ state: 'completed', attempts: 1, throttled: 1 });
     expect(await metricValue(w, 'jobfleet_downstream_throttled_total')).toBe(1);
     expect(await metricValue(w, 'jobfleet_retries_total', { reason: 'throttled' })).toBe(1);
+  });
+
+  it('a job throttled 20 times by its dependency still completes when it recovers (maxAttempts 5)', async () => {
+    let calls = 0;
+    const w = await h.startWorker({
+      config: { maxAttempts: 5 },
+      handlers: {
+        ship: h.effectHandler(() => {
+          if (++calls <= 20) throw new Throttled('429 Too Many Requests', { retryAfterMs: 1 });
+        }),
+      },
+    });
+    const { key } = await h.job('o-throttled');
+    await h.waitOutcomes(w, 21, 55_000);
+    expect(w.outcomes.filter((o) => o === 'retried')).toHaveLength(20);
+    expect(w.outcomes.at(-1)).toBe('completed');
+    expect(await h.effects(key)).toBe(1);
+    expect(await h.claim(key)).toMatchObject({ state: 'completed', attempts: 1, throttled: 20 });
+    expect(await metricValue(w, 'jobfleet_retries_total', { reason: 'throttled' })).toBe(20);
+    expect(await metricValue(w, 'jobfleet_retries_total', { reason: 'error' })).toBe(0);
+  }, 60_000);
+
+  it('throttled retries have a ceiling of their own: past it, a dead letter that says so', async () => {
+    const w = await h.startWorker({
+      config: { maxAttempts: 5, maxThrottledRetries: 2 },
+      handlers: {
+        ship: h.effectHandler(() => {
+          throw new Throttled('429 Too Many Requests', { retryAfterMs: 1 });
+        }),
+      },
+    });
+    const { key } = await h.job('o-throttled-out');
+    await h.waitOutcomes(w, 3, 30_000);
+    expect(w.outcomes).toEqual(['retried', 'retried', 'dead_lettered']);
+    expect(await h.claim(key)).toMatchObject({ state: 'dead_lettered', throttled: 2 });
+    expect(await h.effects(key)).toBe(0);
   });
 
   it('any other error: retries after jittered backoff (never before it), then completes', async () => {

@@ -26,6 +26,7 @@ describe('the JobWorker CRD', () => {
       expect(r.spec.broker.prefetch).toBe(8);
       expect(r.spec.retry).toEqual({
         maxAttempts: 5,
+        maxThrottledRetries: 100,
         initialDelaySeconds: 1,
         maxDelaySeconds: 600,
       });
