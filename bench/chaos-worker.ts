@@ -8,7 +8,7 @@
 //   every call is also logged in `effect_calls`), then the record goes through
 //   group commit like any job: the batched claims, records and acks.
 // The payload says how the job behaves: ok, transient (fails its first
-// `failTimes` attempts), permanent, or throttle (429 Retry-After 1 s on attempt 1).
+// `failTimes` attempts), permanent, or throttle (429 Retry-After 1 s on its first run).
 import pg from 'pg';
 import { createWorker, Permanent, Throttled, type HandlerContext } from '../worker/index.js';
 
@@ -47,7 +47,7 @@ const worker = createWorker({
       if (p.kind === 'permanent') throw new Permanent(`job ${p.n} is invalid for good`);
       if (p.kind === 'transient' && job.attempt <= (p.failTimes ?? 1))
         throw new Error(`downstream reset on attempt ${job.attempt}`);
-      if (p.kind === 'throttle' && job.attempt === 1)
+      if (p.kind === 'throttle' && job.throttled === 0)
         throw new Throttled('downstream answered 429', { retryAfterMs: 1000 });
       if (p.ms) await new Promise((r) => setTimeout(r, p.ms));
       await effect(job.key, job.attempt, ctx);

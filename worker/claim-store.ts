@@ -15,6 +15,8 @@ export type ClaimOutcome =
       outcome: 'new' | 'retry' | 'takeover';
       owner: string;
       attempts: number;
+      /** throttled retries before this run (they spend no attempt) */
+      throttled: number;
       lastError: string | null;
       firstSeenAt: Date;
     }
@@ -57,6 +59,7 @@ export interface AckEntry {
 interface ClaimRow {
   outcome: string;
   attempts: number;
+  throttled: number | null;
   last_error: string | null;
   result: unknown;
   wait_until: Date | null;
@@ -249,6 +252,7 @@ export class ClaimStore {
           outcome: row.outcome,
           owner,
           attempts: row.attempts,
+          throttled: row.throttled ?? 0,
           lastError: row.last_error,
           firstSeenAt: row.first_seen_at,
         };

@@ -115,7 +115,11 @@ create index jobfleet_dead_letter_audit_replay on jobfleet_dead_letter_audit (re
 -- a minute; never, when autovacuum is off): measured 33–108 ms per statement
 -- at 60,000 rows instead of 1.3 ms. Inside these functions every plan looks
 -- rows up by primary key, whatever the statistics say.
---
+
+-- Throttled retries (a 429 from the dependency) are counted apart from
+-- attempts: they spend none, and have their own ceiling.
+alter table jobfleet_claims add column throttled integer not null default 0;
+
 -- jobfleet_claim_and_complete: records completions and claims keys for new
 -- owners, many deliveries at once (the two lists never share a key).
 -- Completions ($6 keys, $7 owners, $8 results) are fenced by owner token: a
@@ -131,8 +135,8 @@ create index jobfleet_dead_letter_audit_replay on jobfleet_dead_letter_audit (re
 -- that exists or was claimed, named by key.
 create function jobfleet_claim_and_complete(
   text[], uuid[], text[], text[], float8, text[], uuid[], jsonb[]
-) returns table (key text, outcome text, attempts integer, last_error text, result jsonb,
-                 wait_until timestamptz, first_seen_at timestamptz)
+) returns table (key text, outcome text, attempts integer, throttled integer, last_error text,
+                 result jsonb, wait_until timestamptz, first_seen_at timestamptz)
 language plpgsql set enable_seqscan = off as $fn$
 #variable_conflict use_column
 begin
@@ -163,11 +167,12 @@ begin
         updated_at  = now()
       where (c.state = 'released' and (c.retry_at is null or c.retry_at <= now()))
          or (c.state = 'running' and c.lease_until < now())
-      returning c.key, c.last_claim as outcome, c.attempts, c.last_error, null::jsonb as result,
-                null::timestamptz as wait_until, c.first_seen_at
+      returning c.key, c.last_claim as outcome, c.attempts, c.throttled, c.last_error,
+                null::jsonb as result, null::timestamptz as wait_until, c.first_seen_at
     )
-    select key, 'recorded' as outcome, null::int as attempts, null::text as last_error, null::jsonb as result,
-           null::timestamptz as wait_until, null::timestamptz as first_seen_at
+    select key, 'recorded' as outcome, null::int as attempts, null::int as throttled,
+           null::text as last_error, null::jsonb as result, null::timestamptz as wait_until,
+           null::timestamptz as first_seen_at
     from done
     union all
     select * from claimed
@@ -177,7 +182,7 @@ begin
                         when 'dead_lettered' then 'dead_lettered'
                         when 'released' then 'not_due'
                         else 'held' end,
-           c.attempts, c.last_error, c.result,
+           c.attempts, c.throttled, c.last_error, c.result,
            case c.state when 'released' then c.retry_at when 'running' then c.lease_until end,
            c.first_seen_at
     from jobfleet_claims c join input i on i.key = c.key
@@ -199,14 +204,6 @@ begin
     returning c.key;
 end
 $fn$;
-`,
-  },
-  {
-    version: 5,
-    sql: `
--- Throttled retries (a 429 from the dependency) are counted apart from
--- attempts: they spend none, and have their own ceiling.
-alter table jobfleet_claims add column throttled integer not null default 0;
 `,
   },
 ];

@@ -20,8 +20,10 @@ import type { WorkerMetrics } from './metrics.js';
 import { HEADERS } from './producer.js';
 
 export interface Job<P = unknown> extends Envelope<P> {
-  /** 1 for the first run; counts every run of this key, crashed ones included */
+  /** 1 for the first run; counts every run of this key, crashed ones included, throttled ones not */
   attempt: number;
+  /** runs of this key that the dependency throttled (Throttled), before this one */
+  throttled: number;
 }
 
 export interface HandlerContext {
@@ -247,7 +249,7 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResul
       'took over an expired claim',
     );
   }
-  return run(msg, d, env, owner, claim.attempts, claim.firstSeenAt);
+  return run(msg, d, env, owner, claim, claim.firstSeenAt);
 }
 
 function waitMs(until: Date | null, d: DeliveryDeps): number {
@@ -267,9 +269,10 @@ async function run(
   d: DeliveryDeps,
   env: Envelope,
   owner: string,
-  attempt: number,
+  claim: { attempts: number; throttled: number },
   firstSeenAt: Date,
 ): Promise<DeliveryResult> {
+  const attempt = claim.attempts;
   const handler = d.handlers.get(env.type) as Handler;
   // One controller, aborted by a lost lease or by the drain deadline (a
   // listener removed afterwards: nothing is retained per job).
@@ -289,7 +292,7 @@ async function run(
       return (log ??= d.log.child({ type: env.type, jobId: env.id, attempt }));
     },
   };
-  const job: Job = { ...env, attempt };
+  const job: Job = { ...env, attempt, throttled: claim.throttled };
   const started = d.now();
   d.metrics.inflight.inc();
   let tx: pg.PoolClient | undefined;

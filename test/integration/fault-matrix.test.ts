@@ -80,7 +80,7 @@ describe('fault matrix', () => {
     await queueEmpty();
   });
 
-  it('3. 429 with Retry-After: 2 — the job does not run again before 2 s; the attempt is counted; it completes', async () => {
+  it('3. 429 with Retry-After: 2 — the job does not run again before 2 s; it spends no attempt; it completes', async () => {
     const w = await worker();
     const published = Date.now();
     const { key } = await h.job('f3', { payload: { orderId: 'f3', throttleOnceSeconds: 2 } });
@@ -94,10 +94,10 @@ describe('fault matrix', () => {
       [key],
     );
     expect(rows).toHaveLength(1);
-    expect(rows[0]!.attempt).toBe(2);
+    expect(rows[0]!.attempt).toBe(1);
     expect(rows[0]!.at.getTime() - published).toBeGreaterThanOrEqual(2000);
     expect(await w.metric('jobfleet_retries_total', { reason: 'throttled' })).toBe(1);
-    expect(await h.claim(key)).toMatchObject({ attempts: 2 });
+    expect(await h.claim(key)).toMatchObject({ attempts: 1, throttled: 1 });
   });
 
   it('4. a permanently invalid payload reaches the dead-letter queue exactly once and never re-enters the work queue', async () => {

@@ -272,7 +272,7 @@ describe('poison-input fuzz (real RabbitMQ and PostgreSQL)', () => {
           if (behaviour === 'permanent') throw new Permanent('refused \u0000 by the fuzz');
           if (behaviour === 'always') throw new Error('always fails \ud800');
           if (behaviour === 'transient' && job.attempt === 1) throw new Error('transient');
-          if (behaviour === 'throttled' && job.attempt === 1)
+          if (behaviour === 'throttled' && job.throttled === 0)
             throw new Throttled('slow down', { retryAfterMs: 500 });
           if (behaviour === 'odd-result') return { echo: job.key, nul: '\u0000', big: 7n };
           return { ok: true };
