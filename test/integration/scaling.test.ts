@@ -170,21 +170,24 @@ describe('scaling on the age of the oldest message', () => {
     expect(capped.status.conditions.find((c: any) => c.type === 'ScalingActive')).toMatchObject({
       status: 'True',
     });
-    const events = await client.list<KubeObject & { reason: string; message: string }>(
-      'v1',
-      'Event',
-      ns.namespace,
-    );
     // The scale-up is announced: as ScaledUp, or, when the backlog was already there at the
-    // first reconcile, by the DeploymentCreated event that starts it at the cap.
-    expect(
-      events.items.some(
+    // first reconcile, by the DeploymentCreated event that starts it at the cap (events follow
+    // the status write that carries the change).
+    await eventually('the scale-up announced', async () => {
+      const events = await client.list<KubeObject & { reason: string; message: string }>(
+        'v1',
+        'Event',
+        ns.namespace,
+      );
+      return events.items.some(
         (e) =>
           e.reason === 'ScaledUp' ||
           (e.reason === 'DeploymentCreated' &&
             /with 6 replicas\. Capped by downstream/.test(e.message)),
-      ),
-    ).toBe(true);
+      )
+        ? true
+        : undefined;
+    });
     const metrics = await (await fetch(`http://127.0.0.1:${op!.port}/metrics`)).text();
     expect(metrics).toMatch(
       new RegExp(`jobfleet_desired_replicas\\{namespace="${ns.namespace}",jobworker="mailer"\\} 6`),
@@ -229,11 +232,14 @@ describe('scaling on the age of the oldest message', () => {
       async () => ((await replicas()) === 1 ? true : undefined),
       60_000,
     );
-    expect(
+    // The event follows the status write, which follows the Deployment's apply.
+    await eventually('a ScaledDown event', async () =>
       (await client.list<KubeObject & { reason: string }>('v1', 'Event', ns.namespace)).items.some(
         (e) => e.reason === 'ScaledDown',
-      ),
-    ).toBe(true);
+      )
+        ? true
+        : undefined,
+    );
   }, 120_000);
 
   it('an unreadable signal holds the replicas and says which signal is missing', async () => {
