@@ -24,6 +24,7 @@ import {
 } from './delivery.js';
 import { compactReason } from './envelope.js';
 import { ConfigError, loadConfig, type WorkerConfig, type WorkerConfigInput } from './config.js';
+import { brokerMisconfiguration, claimStoreMisconfiguration } from './misconfiguration.js';
 import { startHealthServer, type HealthServer } from './health-server.js';
 import { workerMetrics, type WorkerMetrics } from './metrics.js';
 import { sendConfirmed } from './producer.js';
@@ -119,8 +120,10 @@ class QueueWorker implements Worker {
   private readonly now: () => number;
   private readonly random: () => number;
   private readonly drain = new AbortController();
-  /** aborts every wait loop once stop() begins */
+  /** aborts the drain's wait once the drain is over */
   private readonly stopping = new AbortController();
+  /** ends every connect/reconnect loop: aborted as soon as stop() begins */
+  private readonly retrying = new AbortController();
   private readonly inflight = new Map<ConsumeMessage, InFlight>();
   private readonly channels = new WeakMap<
     ConfirmChannel,
@@ -209,36 +212,57 @@ class QueueWorker implements Worker {
       process.once('SIGTERM', this.signalHandler);
       process.once('SIGINT', this.signalHandler);
     }
-    await this.untilStoreAnswers(true);
-    await this.connectBroker();
+    try {
+      await this.untilStoreAnswers(true);
+      await this.connectBroker(true);
+    } catch (err) {
+      // Misconfigured: nothing to wait for. Close what start-up opened, so the
+      // process can exit with the cause.
+      this.log.error({ err: (err as Error).message }, 'refusing to start');
+      await this.health?.close();
+      await this.store.pool.end().catch(() => undefined);
+      throw err;
+    }
+    if (this.retrying.signal.aborted) return; // stopped during start-up
     this.scheduleSweep();
     this.log.info({ prefetch: this.config.prefetch, port: this.port }, 'worker started');
   }
 
-  /** Waits (with backoff) until PostgreSQL answers; migrates on first contact. */
-  private async untilStoreAnswers(migrate: boolean): Promise<void> {
-    for (let attempt = 0; !this.stopping.signal.aborted; attempt++) {
+  /**
+   * Waits (with backoff) until PostgreSQL answers; migrates on first contact.
+   * At start-up a misconfiguration (credentials, database, schema) throws:
+   * no retry fixes it. Later, the same errors are waited out (a Secret may
+   * be rotating).
+   */
+  private async untilStoreAnswers(startingUp: boolean): Promise<void> {
+    for (let attempt = 0; !this.retrying.signal.aborted; attempt++) {
       try {
-        if (migrate) await this.store.migrate();
+        if (startingUp) await this.store.migrate();
         else await this.store.ping();
         this.storeOk = true;
         return;
       } catch (err) {
         this.storeOk = false;
+        const wrong = startingUp ? claimStoreMisconfiguration(err) : undefined;
+        if (wrong) throw new ConfigError(`${wrong} (${compactReason((err as Error).message)})`);
         this.log.warn(
           { err: compactReason((err as Error).message), attempt },
           'claim store unavailable; retrying',
         );
-        await sleep(backoffMs(attempt, this.random), this.stopping.signal);
+        await sleep(backoffMs(attempt, this.random), this.retrying.signal);
       }
     }
   }
 
-  private async connectBroker(): Promise<void> {
-    for (let attempt = 0; !this.stopping.signal.aborted; attempt++) {
+  private async connectBroker(startingUp = false): Promise<void> {
+    for (let attempt = 0; !this.retrying.signal.aborted; attempt++) {
       try {
         const ca = this.config.tlsCaFile ? [readFileSync(this.config.tlsCaFile)] : undefined;
         const conn = await amqp.connect(this.config.brokerUrl, ca ? { ca } : {});
+        if (this.retrying.signal.aborted) {
+          await conn.close().catch(() => undefined); // stopped while connecting
+          return;
+        }
         conn.on('error', (err: Error) =>
           this.log.warn({ err: compactReason(err.message) }, 'broker connection error'),
         );
@@ -254,11 +278,13 @@ class QueueWorker implements Worker {
         if (this.storeOk) await this.consume();
         return;
       } catch (err) {
+        const wrong = startingUp ? brokerMisconfiguration(err) : undefined;
+        if (wrong) throw new ConfigError(`${wrong} (${compactReason((err as Error).message)})`);
         this.log.warn(
           { err: compactReason((err as Error).message), attempt },
           'broker unavailable; retrying',
         );
-        await sleep(backoffMs(attempt, this.random), this.stopping.signal);
+        await sleep(backoffMs(attempt, this.random), this.retrying.signal);
       }
     }
   }
@@ -268,7 +294,7 @@ class QueueWorker implements Worker {
     this.conn = undefined;
     this.channel = undefined;
     this.consumerTag = undefined;
-    if (this.stopping.signal.aborted) return;
+    if (this.retrying.signal.aborted) return;
     // Unacked deliveries go back to the queue with the connection; in-flight
     // handlers finish and record, and their redeliveries are acked as duplicates.
     this.log.warn('broker connection lost; reconnecting');
@@ -431,7 +457,7 @@ class QueueWorker implements Worker {
     void (async () => {
       await this.stopConsuming();
       await this.untilStoreAnswers(false);
-      if (!this.stopping.signal.aborted) {
+      if (!this.retrying.signal.aborted) {
         this.log.info('claim store back: resuming');
         await this.consume().catch((e: Error) =>
           this.log.warn({ err: compactReason(e.message) }, 'resume failed'),
@@ -475,7 +501,10 @@ class QueueWorker implements Worker {
     process.removeListener('SIGTERM', this.signalHandler);
     process.removeListener('SIGINT', this.signalHandler);
     if (this.sweeper) clearTimeout(this.sweeper);
-    await this.started?.catch(() => undefined);
+    // Connect loops give up now: a worker still starting (the broker or the
+    // database unreachable) stops within the deadline, not when they answer.
+    this.retrying.abort();
+    await Promise.race([this.started?.catch(() => undefined), sleep(deadlineMs)]);
     await this.stopConsuming();
     const settled = Promise.all([...this.inflight.values()].map((e) => e.done));
     const deadline = sleep(deadlineMs, this.stopping.signal);

@@ -190,6 +190,10 @@ export function podTemplate(jw: JobWorker, revision: string): Record<string, unk
           ports: [{ name: 'metrics', containerPort: METRICS_PORT, protocol: 'TCP' }],
           readinessProbe: probe('/readyz', 5, 2),
           livenessProbe: probe('/healthz', 10, 6),
+          // A worker that refuses to start (a refused password, a missing
+          // database) exits with the cause in its last log lines: the pod's
+          // last termination message then says it.
+          terminationMessagePolicy: 'FallbackToLogsOnError',
           ...(pt.resources ? { resources: pt.resources } : {}),
           securityContext: { ...restrictedContainer, ...(pt.securityContext ?? {}) },
           // a writable /tmp on a read-only root filesystem
