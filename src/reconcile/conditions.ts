@@ -10,6 +10,7 @@ export const CONDITION_TYPES = [
   'RolloutBlocked',
   'Draining',
   'ScalingActive',
+  'AgeObjectiveMet',
   'DeadLettersOverdue',
 ] as const;
 export type ConditionType = (typeof CONDITION_TYPES)[number];

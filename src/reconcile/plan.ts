@@ -156,6 +156,7 @@ export function planJobWorker(i: PlanInput): Plan | { need: RolloutNeed } {
     history: rollout?.history ?? previous?.history ?? [],
     now,
     scaling,
+    targetAgeSeconds: spec?.scaling.targetOldestAgeSeconds,
     deadLetters: obs.deadLetters,
     rollout: rollout?.status,
     appliedReplicas,

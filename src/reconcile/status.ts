@@ -28,6 +28,39 @@ export interface DeadLetterInput {
   error?: string;
 }
 
+/**
+ * AgeObjectiveMet: is the oldest waiting message within the objective? False
+ * says so while the phase may still read Healthy (the fleet is fine, the
+ * backlog is not); Unknown when there is no age to compare.
+ */
+export function ageObjectiveCondition(
+  scaling: NonNullable<StatusInput['scaling']>,
+  targetAgeSeconds: number | undefined,
+): ConditionInput {
+  const type = 'AgeObjectiveMet';
+  const age = scaling.oldestAgeSeconds;
+  if (!scaling.signalOk || age === undefined || targetAgeSeconds === undefined)
+    return {
+      type,
+      status: 'Unknown',
+      reason: 'SignalMissing',
+      message: `No queue age to hold against the objective: ${scaling.message}`,
+    };
+  return age <= targetAgeSeconds
+    ? {
+        type,
+        status: 'True',
+        reason: 'WithinObjective',
+        message: `The oldest waiting message is within the ${targetAgeSeconds} s objective.`,
+      }
+    : {
+        type,
+        status: 'False',
+        reason: 'OverObjective',
+        message: `The oldest waiting message is ${coarse(age)} s old, over the ${targetAgeSeconds} s objective (limited by ${scaling.limitedBy}).`,
+      };
+}
+
 /** The DeadLettersOverdue condition: True once the oldest quarantined entry is older than maxAgeSeconds. */
 export function deadLetterCondition(dl: DeadLetterInput, now: Date): ConditionInput {
   const type = 'DeadLettersOverdue';
@@ -76,6 +109,8 @@ export interface StatusInput {
   rollout?: RolloutStatus;
   /** replicas the Deployment was given (0 while a rollback drains) */
   appliedReplicas?: number;
+  /** spec.scaling.targetOldestAgeSeconds: the objective the age is held against */
+  targetAgeSeconds?: number;
   scaling?: {
     limitedBy: NonNullable<JobWorkerStatus['scaling']>['limitedBy'];
     message: string;
@@ -150,7 +185,15 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     });
   }
 
-  if (i.desiredReplicas === 0) {
+  if (i.problems.length && !(d && d.availableReplicas > 0)) {
+    // Nothing runs and nothing can start until a person fixes it: not "scaled to zero".
+    set({
+      type: 'Available',
+      status: 'False',
+      reason: i.problems[0]!.reason,
+      message: `No worker can run: ${i.problems.map((p) => p.message).join(' ')}`,
+    });
+  } else if (i.desiredReplicas === 0) {
     set({
       type: 'Available',
       status: 'True',
@@ -191,6 +234,7 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     );
   }
 
+  if (i.scaling) set(ageObjectiveCondition(i.scaling, i.targetAgeSeconds));
   if (i.deadLetters) set(deadLetterCondition(i.deadLetters, i.now));
 
   if (i.rollout?.progressing) set(i.rollout.progressing);

@@ -300,6 +300,8 @@ describe('JobWorker → worker Deployment', () => {
       `Secret ${ns.namespace}/rabbitmq named by spec.broker.urlSecretRef does not exist`,
     );
     expect(jw.status.phase).toBe('Degraded');
+    // `kubectl wait --for=condition=Available` must not pass on a fleet that cannot run
+    expect(condition(jw, 'Available')).toMatchObject({ status: 'False', reason: 'SecretMissing' });
     expect(await getDeployment()).toBeUndefined();
 
     await secrets();

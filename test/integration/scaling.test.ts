@@ -170,6 +170,10 @@ describe('scaling on the age of the oldest message', () => {
     expect(capped.status.conditions.find((c: any) => c.type === 'ScalingActive')).toMatchObject({
       status: 'True',
     });
+    expect(capped.status.conditions.find((c: any) => c.type === 'AgeObjectiveMet')).toMatchObject({
+      status: 'False',
+      reason: 'OverObjective',
+    });
     // The scale-up is announced: as ScaledUp, or, when the backlog was already there at the
     // first reconcile, by the DeploymentCreated event that starts it at the cap (events follow
     // the status write that carries the change).

@@ -253,6 +253,45 @@ describe('status', () => {
     expect(s.conditions?.find((c) => c.type === 'Progressing')?.status).toBe('True');
   });
 
+  it('a missing Secret with nothing running is not Available (not "scaled to zero")', () => {
+    const s = computeStatus({
+      ...base,
+      desiredReplicas: 0,
+      problems: [{ reason: 'SecretMissing', message: 'Secret ns/r is missing.' }],
+      deployment: undefined,
+    });
+    expect(s.conditions?.find((c) => c.type === 'Available')).toMatchObject({
+      status: 'False',
+      reason: 'SecretMissing',
+      message: 'No worker can run: Secret ns/r is missing.',
+    });
+  });
+
+  it.each([
+    [37, true, 'False', 'OverObjective'],
+    [3, true, 'True', 'WithinObjective'],
+    [undefined, false, 'Unknown', 'SignalMissing'],
+  ] as const)(
+    'oldest message %s s against a 5 s objective: AgeObjectiveMet %s (%s)',
+    (age, signalOk, status, reason) => {
+      const s = computeStatus({
+        ...base,
+        targetAgeSeconds: 5,
+        scaling: {
+          limitedBy: 'maxReplicas',
+          message: signalOk ? 'Capped by maxReplicas.' : 'no queue-age signal',
+          signalOk,
+          ...(age !== undefined && { oldestAgeSeconds: age }),
+        },
+        deployment: undefined,
+      });
+      expect(s.conditions?.find((c) => c.type === 'AgeObjectiveMet')).toMatchObject({
+        status,
+        reason,
+      });
+    },
+  );
+
   it('is Degraded, naming the problem, and identical when recomputed from itself (no write)', () => {
     const s = computeStatus({
       ...base,
