@@ -69,7 +69,6 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     pollMs: o.pollMs,
     secretTtlMs: o.secretTtlMs,
     prometheusUrl: o.prometheusUrl,
-    cache: (kind, namespace, name) => term?.cached(kind, namespace, name),
   });
 
   const elector = new LeaderElector(o.client, { ...o.lease, identity: o.identity }, log, {

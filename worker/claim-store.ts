@@ -234,11 +234,13 @@ export class ClaimStore {
       // The row was inserted by a concurrent claim after this statement's
       // snapshot: someone else holds it right now. A second read (rare: only
       // on this race) learns until when, so the retry waits out the lease.
-      const { rows: peeked } = await this.pool.query<{
-        state: string;
-        attempts: number;
-        lease_until: Date | null;
-      }>(named('peek', [key]));
+      // The batch has committed: a failed read must not fail it; unknown reads as held.
+      const peeked = await this.pool
+        .query<{ state: string; attempts: number; lease_until: Date | null }>(named('peek', [key]))
+        .then(
+          (r) => r.rows,
+          () => [],
+        );
       const p = peeked[0];
       if (p?.state === 'completed')
         return { outcome: 'completed', result: undefined, attempts: p.attempts };

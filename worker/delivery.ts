@@ -352,7 +352,7 @@ async function run(
       await d.store.releaseForDrain(env.key, owner).catch(() => undefined);
       return 'drained';
     }
-    return failed(msg, d, env, owner, attempt, firstSeenAt, err);
+    return failed(msg, d, env, owner, claim, firstSeenAt, err);
   } finally {
     if (d.mode === 'external') d.leases.release(env.key, owner);
     d.drainSignal.removeEventListener('abort', onDrain);
@@ -393,10 +393,11 @@ async function failed(
   d: DeliveryDeps,
   env: Envelope,
   owner: string,
-  attempt: number,
+  claim: { attempts: number; throttled: number },
   firstSeenAt: Date,
   err: unknown,
 ): Promise<DeliveryResult> {
+  const attempt = claim.attempts;
   const message = compactReason(err instanceof Error ? `${err.name}: ${err.message}` : String(err));
   if (err instanceof Permanent) {
     return deadLetter(msg, d, {
@@ -420,9 +421,12 @@ async function failed(
     });
   }
   if (throttled) d.metrics.throttled.inc({ type: env.type });
+  // A throttled run's attempt is refunded: its backoff grows with the
+  // throttled retries instead, so a dependency that sends no Retry-After is
+  // not hit at a constant rate.
   const delayMs = retryDelayMs(
     { initialDelayMs: d.initialDelayMs, maxDelayMs: d.maxDelayMs },
-    attempt,
+    throttled ? claim.throttled + 1 : attempt,
     throttled ? err.retryAfterMs : undefined,
     d.random,
   );
@@ -445,7 +449,7 @@ async function failed(
         envelope: env,
         failureClass: 'attempts_exhausted',
         reason: compactReason(
-          `the dependency throttled it ${d.maxThrottledRetries} times (spec.retry.maxThrottledRetries); last: ${message}`,
+          `the dependency throttled it more than ${d.maxThrottledRetries} times (spec.retry.maxThrottledRetries); last: ${message}`,
         ),
         attempts: attempt,
         claimOwner: owner,

@@ -11,10 +11,12 @@ const sqlstate = (err: unknown): string | undefined => {
 /** What is wrong and what to fix, or undefined when a retry may succeed. */
 export function brokerMisconfiguration(err: unknown): string | undefined {
   const message = String((err as { message?: unknown } | undefined)?.message ?? err);
-  if (/ACCESS[-_]REFUSED/.test(message))
+  // Only the connection handshake: a 403 on a later declare is a permission
+  // on one queue, and a vhost that is down answers NOT_ALLOWED too.
+  if (/Handshake terminated by server: 403/.test(message))
     return 'RabbitMQ refused the user or password in JOBFLEET_BROKER_URL (ACCESS_REFUSED): fix them in the Secret it comes from';
-  if (/NOT[-_]ALLOWED/.test(message))
-    return 'RabbitMQ refused the vhost in JOBFLEET_BROKER_URL (NOT_ALLOWED): create it, grant the user access, or fix the URL';
+  if (/NOT[-_]ALLOWED.*vhost .* not found/.test(message))
+    return 'the vhost in JOBFLEET_BROKER_URL does not exist (NOT_ALLOWED): create it, or fix the URL';
   return undefined;
 }
 

@@ -256,9 +256,10 @@ class QueueWorker implements Worker {
 
   private async connectBroker(startingUp = false): Promise<void> {
     for (let attempt = 0; !this.retrying.signal.aborted; attempt++) {
+      let conn: ChannelModel | undefined;
       try {
         const ca = this.config.tlsCaFile ? [readFileSync(this.config.tlsCaFile)] : undefined;
-        const conn = await amqp.connect(this.config.brokerUrl, ca ? { ca } : {});
+        conn = await amqp.connect(this.config.brokerUrl, ca ? { ca } : {});
         if (this.retrying.signal.aborted) {
           await conn.close().catch(() => undefined); // stopped while connecting
           return;
@@ -266,18 +267,23 @@ class QueueWorker implements Worker {
         conn.on('error', (err: Error) =>
           this.log.warn({ err: compactReason(err.message) }, 'broker connection error'),
         );
-        conn.on('close', () => this.onBrokerClosed(conn));
+        const opened = conn;
+        conn.on('close', () => this.onBrokerClosed(opened));
         const ch = await conn.createConfirmChannel();
         ch.on('error', (err: Error) =>
           this.log.warn({ err: compactReason(err.message) }, 'broker channel error'),
         );
         await this.declareTopology(conn, ch);
         await ch.prefetch(this.config.prefetch);
+        if (this.retrying.signal.aborted) throw new Error('stopped while connecting');
         this.conn = conn;
         this.channel = ch;
         if (this.storeOk) await this.consume();
         return;
       } catch (err) {
+        // a connection this attempt opened and did not keep: closed, not leaked
+        if (conn && conn !== this.conn) await conn.close().catch(() => undefined);
+        if (this.retrying.signal.aborted) return;
         const wrong = startingUp ? brokerMisconfiguration(err) : undefined;
         if (wrong) throw new ConfigError(`${wrong} (${compactReason((err as Error).message)})`);
         this.log.warn(
@@ -504,7 +510,12 @@ class QueueWorker implements Worker {
     // Connect loops give up now: a worker still starting (the broker or the
     // database unreachable) stops within the deadline, not when they answer.
     this.retrying.abort();
-    await Promise.race([this.started?.catch(() => undefined), sleep(deadlineMs)]);
+    const startEnded = new AbortController();
+    await Promise.race([
+      (this.started ?? Promise.resolve()).catch(() => undefined).finally(() => startEnded.abort()),
+      sleep(deadlineMs, startEnded.signal),
+    ]);
+    startEnded.abort();
     await this.stopConsuming();
     const settled = Promise.all([...this.inflight.values()].map((e) => e.done));
     const deadline = sleep(deadlineMs, this.stopping.signal);

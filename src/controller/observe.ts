@@ -24,7 +24,6 @@ export interface ObserverDeps {
   client: KubeClient;
   metrics: OperatorMetrics;
   now: () => Date;
-  cache?: ObjectCache;
   secretTtlMs?: number;
   prometheusUrl?: string;
   deadLetters?: DeadLetterReader;
@@ -52,13 +51,18 @@ export class Observer {
 
   constructor(private readonly d: ObserverDeps) {}
 
-  async jobWorker(namespace: string, name: string): Promise<KubeObject | undefined> {
-    return this.d.cache
-      ? this.d.cache('JobWorker', namespace, name)
+  /** `cache`: the calling leadership term's watches; without one, a GET. */
+  async jobWorker(
+    namespace: string,
+    name: string,
+    cache?: ObjectCache,
+  ): Promise<KubeObject | undefined> {
+    return cache
+      ? cache('JobWorker', namespace, name)
       : this.d.client.find<KubeObject>(API_VERSION, KIND, namespace, name);
   }
 
-  async observe(raw: KubeObject): Promise<Observation> {
+  async observe(raw: KubeObject, cache?: ObjectCache): Promise<Observation> {
     const namespace = raw.metadata.namespace as string;
     const name = raw.metadata.name;
     const parsed = parseSpec(raw.spec);
@@ -77,8 +81,8 @@ export class Observer {
       ? await this.readSecrets(namespace, spec)
       : { problems: [], values: new Map<string, string>() };
     problems.push(...secrets.problems);
-    const deployment = this.d.cache
-      ? this.d.cache('Deployment', namespace, name)
+    const deployment = cache
+      ? cache('Deployment', namespace, name)
       : await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, name);
     const polling = !!secrets.values.get('spec.broker.managementUrlSecretRef');
     const queue =

@@ -39,12 +39,6 @@ export interface ReconcilerDeps {
   now?: () => Date;
   /** how often a JobWorker's queue is read while scaling on its age */
   pollMs?: number;
-  /**
-   * Reads from the informers' caches (kept current by watches) instead of
-   * GETs: at a thousand JobWorkers, a GET per object per reconcile is most of
-   * the apiserver's load.
-   */
-  cache?: ObjectCache;
   /** how long a read Secret is reused (default 30 s): a rotated credential is seen within this */
   secretTtlMs?: number;
   /** Prometheus for fleet signals when a JobWorker names none (spec.scaling.prometheusUrl) */
@@ -83,7 +77,6 @@ export class JobWorkerReconciler {
       client: d.client,
       metrics: d.metrics,
       now: this.now,
-      cache: d.cache,
       secretTtlMs: d.secretTtlMs,
       prometheusUrl: d.prometheusUrl,
       deadLetters: d.deadLetters,
@@ -91,9 +84,16 @@ export class JobWorkerReconciler {
     });
   }
 
-  async reconcile(key: string): Promise<ProcessResult> {
+  /**
+   * `cache`: the watches of the leadership term that runs this reconcile —
+   * reads from them instead of GETs (at a thousand JobWorkers, a GET per
+   * object per reconcile is most of the apiserver's load), bound per call so
+   * that a reconcile still running when its term ended never reads the next
+   * term's half-filled caches. Without one, GETs.
+   */
+  async reconcile(key: string, cache?: ObjectCache): Promise<ProcessResult> {
     const [namespace, name] = key.split('/') as [string, string];
-    const raw = await this.observer.jobWorker(namespace, name);
+    const raw = await this.observer.jobWorker(namespace, name, cache);
     // Deleted: the children go by garbage collection (ownerReferences); nothing
     // outside the cluster needs cleaning, so there is no finalizer.
     if (!raw || raw.metadata.deletionTimestamp) {
@@ -102,7 +102,7 @@ export class JobWorkerReconciler {
     }
     const end = this.d.metrics.reconcileDuration.startTimer();
     try {
-      const obs = await this.observer.observe(raw);
+      const obs = await this.observer.observe(raw, cache);
       return await this.apply(obs, await this.plan(obs, key));
     } catch (err) {
       this.d.metrics.reconcileErrors.inc({ namespace, jobworker: name });

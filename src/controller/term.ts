@@ -113,7 +113,9 @@ export class LeadershipTerm {
       () => {
         if (this.stopping) return;
         this.synced = true;
-        q.start((key) => d.reconciler.reconcile(key));
+        q.start((key) =>
+          d.reconciler.reconcile(key, (kind, ns, name) => this.cached(kind, ns, name)),
+        );
       },
       (err: Error) => log.error({ err: err.message }, 'initial list failed'),
     );
@@ -139,7 +141,12 @@ export class LeadershipTerm {
     this.stopping ??= (async () => {
       this.synced = false;
       for (const i of this.informers) i.stop();
-      await Promise.all([this.queue.stop(), this.replays.stop(), this.replayQueue.stop()]);
+      // The replay queue first: a reconcile it is finishing may still start a
+      // run, which the controller's stop then aborts with the rest.
+      await Promise.all([
+        this.queue.stop(),
+        this.replayQueue.stop().then(() => this.replays.stop()),
+      ]);
       this.d.onQueues?.(-2);
     })();
     return this.stopping;
