@@ -13,6 +13,15 @@ import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.
 import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
 
+/** The RabbitMQ management API and vhost a JobWorker's Secrets name; undefined without both URLs. */
+export function managementApi(
+  secrets: Map<string, string>,
+): { url: string; vhost: string } | undefined {
+  const url = secrets.get('spec.broker.managementUrlSecretRef');
+  const amqpUrl = secrets.get('spec.broker.urlSecretRef');
+  return url && amqpUrl ? { url, vhost: vhostOf(amqpUrl) } : undefined;
+}
+
 /** A JobWorker or Deployment as a watch last saw it (the informers' caches). */
 export type ObjectCache = (
   kind: 'JobWorker' | 'Deployment',
@@ -117,16 +126,15 @@ export class Observer {
     spec: JobWorkerSpec,
     secrets: Map<string, string>,
   ): Promise<QueueObservation> {
-    const mgmtUrl = secrets.get('spec.broker.managementUrlSecretRef');
-    const amqpUrl = secrets.get('spec.broker.urlSecretRef');
-    if (!mgmtUrl || !amqpUrl)
+    const api = managementApi(secrets);
+    if (!api)
       return {
         ok: false,
         missing:
           'no queue-age signal: set spec.broker.managementUrlSecretRef to the RabbitMQ management API',
       };
     try {
-      const stats = await fetchQueueStats(mgmtUrl, vhostOf(amqpUrl), spec.broker.queue);
+      const stats = await fetchQueueStats(api.url, api.vhost, spec.broker.queue);
       const prometheusUrl = spec.scaling.prometheusUrl ?? this.d.prometheusUrl;
       if (!prometheusUrl) return { ok: true, stats };
       const fleet = await fetchFleetSignals(prometheusUrl, namespace, name);

@@ -8,7 +8,8 @@ import { LABEL_JOBWORKER, LABEL_REVISION } from '../reconcile/desired.js';
 import type { Observation } from '../reconcile/observation.js';
 import type { PodFacts, RolloutAnswers, RolloutNeed } from '../reconcile/rollout-plan.js';
 import { fetchSeenSchemaVersions } from '../signals/prometheus.js';
-import { fetchQueuedTotal, vhostOf } from '../signals/rabbitmq.js';
+import { fetchQueuedTotal } from '../signals/rabbitmq.js';
+import { managementApi } from './observe.js';
 
 export interface RolloutReads {
   client: KubeClient;
@@ -80,11 +81,10 @@ async function seenVersions(
 }
 
 async function queued(secrets: Map<string, string>, queue: string): Promise<number | undefined> {
-  const mgmt = secrets.get('spec.broker.managementUrlSecretRef');
-  const amqpUrl = secrets.get('spec.broker.urlSecretRef');
-  if (!mgmt || !amqpUrl) return undefined;
+  const api = managementApi(secrets);
+  if (!api) return undefined;
   try {
-    return await fetchQueuedTotal(mgmt, vhostOf(amqpUrl), queue);
+    return await fetchQueuedTotal(api.url, api.vhost, queue);
   } catch {
     return undefined;
   }

@@ -210,6 +210,11 @@ export function podTemplate(jw: JobWorker, revision: string): Record<string, unk
  * container's JOBFLEET_KEY_RULE / JOBFLEET_SCHEMA_VERSIONS: the truth the
  * gate compares against. Undefined when the template does not carry both.
  */
+/** The revision a Deployment's pod template carries. */
+export const revisionOf = (d: KubeObject | undefined): string | undefined =>
+  (d?.spec as { template?: { metadata?: { labels?: Record<string, string> } } } | undefined)
+    ?.template?.metadata?.labels?.[LABEL_REVISION];
+
 export function deployedContract(
   deployment: { [k: string]: unknown } | undefined,
 ): { keyRule: string; schemaVersions: number[] } | undefined {

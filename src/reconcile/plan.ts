@@ -156,7 +156,6 @@ export function planJobWorker(i: PlanInput): Plan | { need: RolloutNeed } {
     history: rollout?.history ?? previous?.history ?? [],
     now,
     scaling,
-    targetAgeSeconds: spec?.scaling.targetOldestAgeSeconds,
     deadLetters: obs.deadLetters,
     rollout: rollout?.status,
     appliedReplicas,

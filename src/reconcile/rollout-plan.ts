@@ -10,8 +10,8 @@ import { parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../api/jobw
 import type { KubeObject } from '../kube/client.js';
 import type { ConditionInput } from './conditions.js';
 import {
-  LABEL_REVISION,
   TERMINATION_MARGIN_SECONDS,
+  revisionOf,
   contractHash,
   deployedContract,
   templateHash,
@@ -75,10 +75,6 @@ export interface RolloutPlan {
   events: Array<{ type: 'Normal' | 'Warning'; reason: string; message: string }>;
   blocked: boolean;
 }
-
-export const revisionOf = (d: KubeObject | undefined): string | undefined =>
-  (d?.spec as { template?: { metadata?: { labels?: Record<string, string> } } } | undefined)
-    ?.template?.metadata?.labels?.[LABEL_REVISION];
 
 function contractOf(e: HistoryEntry | undefined): Contract | undefined {
   if (!e) return undefined;

@@ -3,7 +3,7 @@
 import type { Condition, JobWorkerStatus } from '../api/jobworker.js';
 import { phaseOf, setCondition, type ConditionInput } from './conditions.js';
 import type { KubeObject } from '../kube/client.js';
-import { LABEL_REVISION } from './desired.js';
+import { revisionOf } from './desired.js';
 import type { HistoryEntry } from './revisions.js';
 import type { RolloutStatus } from './rollout.js';
 
@@ -35,10 +35,10 @@ export interface DeadLetterInput {
  */
 export function ageObjectiveCondition(
   scaling: NonNullable<StatusInput['scaling']>,
-  targetAgeSeconds: number | undefined,
 ): ConditionInput {
   const type = 'AgeObjectiveMet';
   const age = scaling.oldestAgeSeconds;
+  const targetAgeSeconds = scaling.targetAgeSeconds;
   if (!scaling.signalOk || age === undefined || targetAgeSeconds === undefined)
     return {
       type,
@@ -109,9 +109,9 @@ export interface StatusInput {
   rollout?: RolloutStatus;
   /** replicas the Deployment was given (0 while a rollback drains) */
   appliedReplicas?: number;
-  /** spec.scaling.targetOldestAgeSeconds: the objective the age is held against */
-  targetAgeSeconds?: number;
   scaling?: {
+    /** spec.scaling.targetOldestAgeSeconds: the objective the age is held against */
+    targetAgeSeconds?: number;
     limitedBy: NonNullable<JobWorkerStatus['scaling']>['limitedBy'];
     message: string;
     signalOk: boolean;
@@ -234,7 +234,7 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     );
   }
 
-  if (i.scaling) set(ageObjectiveCondition(i.scaling, i.targetAgeSeconds));
+  if (i.scaling) set(ageObjectiveCondition(i.scaling));
   if (i.deadLetters) set(deadLetterCondition(i.deadLetters, i.now));
 
   if (i.rollout?.progressing) set(i.rollout.progressing);
@@ -310,7 +310,7 @@ export function observeDeployment(d: KubeObject | undefined): DeploymentObservat
     | undefined;
   const st = (d.status ?? {}) as Record<string, number | undefined>;
   return {
-    revision: spec?.template?.metadata?.labels?.[LABEL_REVISION],
+    revision: revisionOf(d),
     generation: d.metadata.generation ?? 0,
     observedGeneration: st.observedGeneration ?? 0,
     replicas: spec?.replicas ?? 0,

@@ -276,8 +276,8 @@ describe('status', () => {
     (age, signalOk, status, reason) => {
       const s = computeStatus({
         ...base,
-        targetAgeSeconds: 5,
         scaling: {
+          targetAgeSeconds: 5,
           limitedBy: 'maxReplicas',
           message: signalOk ? 'Capped by maxReplicas.' : 'no queue-age signal',
           signalOk,

@@ -16,10 +16,10 @@
 import { describe, expect, it } from 'vitest';
 import { parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../../src/api/jobworker.js';
 import type { KubeObject } from '../../src/kube/client.js';
-import { deployedContract } from '../../src/reconcile/desired.js';
+import { deployedContract, revisionOf } from '../../src/reconcile/desired.js';
 import type { Observation } from '../../src/reconcile/observation.js';
 import { planJobWorker, type Plan, type ScalingMemory } from '../../src/reconcile/plan.js';
-import { revisionOf, type RolloutAnswers } from '../../src/reconcile/rollout-plan.js';
+import type { RolloutAnswers } from '../../src/reconcile/rollout-plan.js';
 import { gate, type Contract } from '../../src/reconcile/rollout.js';
 import { prng } from '../ground/prng.js';
 
