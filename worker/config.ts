@@ -39,6 +39,8 @@ const schema = z
       .optional(),
     revision: z.string().optional(),
     metricsPort: int(0, 65_535).default(9464),
+    // The address /metrics and /readyz listen on; all interfaces by default.
+    metricsHost: z.string().min(1).optional(),
     queueType: z.enum(['classic', 'quorum']).default('classic'),
     maxMessageBytes: int(1024, 128 * 1024 * 1024).default(1024 * 1024),
     claimRetentionSeconds: int(60, 10 * 365 * 86_400).default(7 * 86_400),
@@ -75,6 +77,7 @@ export const ENV: Record<keyof WorkerConfigInput, string> = {
   schemaVersions: 'JOBFLEET_SCHEMA_VERSIONS',
   revision: 'JOBFLEET_REVISION',
   metricsPort: 'JOBFLEET_METRICS_PORT',
+  metricsHost: 'JOBFLEET_METRICS_HOST',
   queueType: 'JOBFLEET_QUEUE_TYPE',
   maxMessageBytes: 'JOBFLEET_MAX_MESSAGE_BYTES',
   claimRetentionSeconds: 'JOBFLEET_CLAIM_RETENTION_SECONDS',

@@ -1,10 +1,11 @@
 // /metrics, /healthz and /readyz on the metrics port (JOBFLEET_METRICS_PORT).
-// Kubernetes' readiness probe reads /readyz: false while connecting, while the
-// claim store is down and while draining, so no traffic dashboard mistakes a
-// paused worker for a healthy one.
+// Kubernetes' readiness probe reads /readyz's status code: 503 while
+// connecting, while the claim store is down and while draining. Its body says
+// why, as JSON (./readiness.ts), for the operator to put on the JobWorker.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import type { Readiness } from './readiness.js';
 
 export interface HealthServer {
   port: number;
@@ -13,8 +14,9 @@ export interface HealthServer {
 
 export function startHealthServer(
   port: number,
+  host: string | undefined,
   registry: Registry,
-  status: () => { live: boolean; ready: boolean; reason: string },
+  readiness: () => Readiness,
 ): Promise<HealthServer> {
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
@@ -31,11 +33,16 @@ export function startHealthServer(
       );
       return;
     }
-    if (path === '/healthz' || path === '/readyz') {
-      const s = status();
-      const ok = path === '/healthz' ? s.live : s.ready;
-      res.writeHead(ok ? 200 : 503, { 'content-type': 'text/plain' });
-      res.end(ok ? 'ok\n' : `${s.reason}\n`);
+    if (path === '/healthz') {
+      // Alive while it answers: a worker waiting for its broker is not stuck.
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end('ok\n');
+      return;
+    }
+    if (path === '/readyz') {
+      const r = readiness();
+      res.writeHead(r.ready ? 200 : 503, { 'content-type': 'application/json' });
+      res.end(`${JSON.stringify(r)}\n`);
       return;
     }
     res.writeHead(404);
@@ -43,7 +50,7 @@ export function startHealthServer(
   });
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(port, () => {
+    server.listen(port, host, () => {
       resolve({
         port: (server.address() as AddressInfo).port,
         close: () => new Promise((r) => server.close(() => r())),

@@ -24,7 +24,13 @@ import {
 } from './delivery.js';
 import { compactReason } from './envelope.js';
 import { ConfigError, loadConfig, type WorkerConfig, type WorkerConfigInput } from './config.js';
-import { brokerMisconfiguration, claimStoreMisconfiguration } from './misconfiguration.js';
+import {
+  brokerProblem,
+  claimStoreProblem,
+  Misconfigured,
+  type NotReady,
+  type Readiness,
+} from './readiness.js';
 import { startHealthServer, type HealthServer } from './health-server.js';
 import { workerMetrics, type WorkerMetrics } from './metrics.js';
 import { sendConfirmed } from './producer.js';
@@ -135,6 +141,9 @@ class QueueWorker implements Worker {
   private channel: ConfirmChannel | undefined;
   private consumerTag: string | undefined;
   private storeOk = false;
+  /** why the last attempt to reach each failed (cleared on success): /readyz says it */
+  private storeTrouble: NotReady | undefined;
+  private brokerTrouble: NotReady | undefined;
   private health: HealthServer | undefined;
   private started: Promise<void> | undefined;
   private stopped: Promise<void> | undefined;
@@ -185,18 +194,33 @@ class QueueWorker implements Worker {
   }
 
   ready(): boolean {
-    return this.status().ready;
+    return this.readiness().ready;
   }
 
-  private status() {
+  /** What /readyz answers: ready, or the reason, the message and the fix. */
+  readiness(): Readiness {
+    const starting = (what: string): NotReady => ({
+      reason: 'Starting',
+      message: `connecting to ${what}`,
+      fix: 'none: it is starting',
+    });
     if (this.drain.signal.aborted || this.stopped)
-      return { live: true, ready: false, reason: 'draining' };
-    if (!this.storeOk)
-      return { live: true, ready: false, reason: 'claim store (PostgreSQL) unavailable' };
-    if (!this.channel)
-      return { live: true, ready: false, reason: 'broker (RabbitMQ) not connected' };
-    if (!this.consumerTag) return { live: true, ready: false, reason: 'not consuming' };
-    return { live: true, ready: true, reason: 'ok' };
+      return {
+        ready: false,
+        reason: 'Draining',
+        message: 'stopping: in-flight jobs finish, no new deliveries',
+        fix: 'none: it is shutting down',
+      };
+    if (!this.storeOk) return { ready: false, ...(this.storeTrouble ?? starting('PostgreSQL')) };
+    if (!this.channel) return { ready: false, ...(this.brokerTrouble ?? starting('RabbitMQ')) };
+    if (!this.consumerTag)
+      return {
+        ready: false,
+        reason: 'NotConsuming',
+        message: 'connected, but not consuming the work queue',
+        fix: 'wait a few seconds; if it stays, read the worker logs',
+      };
+    return { ready: true };
   }
 
   start(): Promise<void> {
@@ -205,8 +229,11 @@ class QueueWorker implements Worker {
   }
 
   private async doStart(): Promise<void> {
-    this.health = await startHealthServer(this.config.metricsPort, this.metrics.registry, () =>
-      this.status(),
+    this.health = await startHealthServer(
+      this.config.metricsPort,
+      this.config.metricsHost,
+      this.metrics.registry,
+      () => this.readiness(),
     );
     if (this.opts.handleSignals !== false) {
       process.once('SIGTERM', this.signalHandler);
@@ -217,8 +244,16 @@ class QueueWorker implements Worker {
       await this.connectBroker(true);
     } catch (err) {
       // Misconfigured: nothing to wait for. Close what start-up opened, so the
-      // process can exit with the cause.
-      this.log.error({ err: (err as Error).message }, 'refusing to start');
+      // process can exit with the cause. This is its last log line: the pod's
+      // termination message (FallbackToLogsOnError) carries it to the operator.
+      const problem = (err as Misconfigured).problem;
+      this.log.error(
+        {
+          err: (err as Error).message,
+          ...(problem && { reason: problem.reason, fix: problem.fix }),
+        },
+        'refusing to start',
+      );
       await this.health?.close();
       await this.store.pool.end().catch(() => undefined);
       throw err;
@@ -240,11 +275,13 @@ class QueueWorker implements Worker {
         if (startingUp) await this.store.migrate();
         else await this.store.ping();
         this.storeOk = true;
+        this.storeTrouble = undefined;
         return;
       } catch (err) {
         this.storeOk = false;
-        const wrong = startingUp ? claimStoreMisconfiguration(err) : undefined;
-        if (wrong) throw new ConfigError(`${wrong} (${compactReason((err as Error).message)})`);
+        this.storeTrouble = claimStoreProblem(err, compactReason);
+        if (startingUp && this.storeTrouble.reason !== 'ClaimsStoreUnreachable')
+          throw new Misconfigured(this.storeTrouble);
         this.log.warn(
           { err: compactReason((err as Error).message), attempt },
           'claim store unavailable; retrying',
@@ -278,14 +315,16 @@ class QueueWorker implements Worker {
         if (this.retrying.signal.aborted) throw new Error('stopped while connecting');
         this.conn = conn;
         this.channel = ch;
+        this.brokerTrouble = undefined;
         if (this.storeOk) await this.consume();
         return;
       } catch (err) {
         // a connection this attempt opened and did not keep: closed, not leaked
         if (conn && conn !== this.conn) await conn.close().catch(() => undefined);
         if (this.retrying.signal.aborted) return;
-        const wrong = startingUp ? brokerMisconfiguration(err) : undefined;
-        if (wrong) throw new ConfigError(`${wrong} (${compactReason((err as Error).message)})`);
+        this.brokerTrouble = brokerProblem(err, compactReason);
+        if (startingUp && this.brokerTrouble.reason !== 'BrokerUnreachable')
+          throw new Misconfigured(this.brokerTrouble);
         this.log.warn(
           { err: compactReason((err as Error).message), attempt },
           'broker unavailable; retrying',
@@ -456,6 +495,7 @@ class QueueWorker implements Worker {
   private onStoreDown(err: unknown): void {
     if (!this.storeOk) return;
     this.storeOk = false;
+    this.storeTrouble = claimStoreProblem(err, compactReason);
     this.log.warn(
       { err: compactReason(String((err as Error)?.message ?? err)) },
       'claim store down: pausing consumption',

@@ -62,6 +62,12 @@ const podTemplate = z
   .describe('Merged into the generated pod');
 
 export const jobWorkerSpec = z.object({
+  paused: z
+    .boolean()
+    .default(false)
+    .describe(
+      'Stops the fleet: consumers drain within shutdown.drainDeadlineSeconds, then 0 replicas are held whatever the backlog; scaling and rollouts hold until it is false again. `kubectl jobworker pause|resume NAME --reason …` sets it and records who and why',
+    ),
   image: z
     .string()
     .min(1)
@@ -263,6 +269,7 @@ export const PHASES = [
   'RollingBack',
   'Blocked',
   'Degraded',
+  'Paused',
 ] as const;
 export type Phase = (typeof PHASES)[number];
 
@@ -273,6 +280,10 @@ export const jobWorkerStatus = z.object({
   readyReplicas: z.number().int().optional(),
   desiredReplicas: z.number().int().optional(),
   oldestMessageAgeSeconds: z.number().int().optional(),
+  oldestMessageAge: z
+    .string()
+    .optional()
+    .describe('oldestMessageAgeSeconds as a duration with its unit, e.g. 37s, 4m10s'),
   ageSource: z.enum(['HeadTimestamp', 'Estimated']).optional(),
   queueDepth: z.number().int().optional(),
   scaling: z

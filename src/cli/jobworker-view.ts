@@ -7,7 +7,7 @@ export interface JobWorkerView {
   status?: JobWorkerStatus;
 }
 
-/** 0 healthy, 1 blocked or degraded, 3 still progressing (2 is for usage errors). */
+/** 0 healthy, 1 blocked, degraded or paused, 3 still progressing (2 is for usage errors). */
 export type Verdict = 0 | 1 | 3;
 
 const cond = (jw: JobWorkerView, type: string): Condition | undefined =>
@@ -17,7 +17,8 @@ export function verdict(jw: JobWorkerView): Verdict {
   const st = jw.status;
   if (!st || (st.observedGeneration ?? 0) < (jw.metadata.generation ?? 0)) return 3;
   if (st.phase === 'Healthy') return 0;
-  if (st.phase === 'Blocked' || st.phase === 'Degraded') return 1;
+  // Paused waits for a person as Blocked and Degraded do: it never turns Healthy by itself.
+  if (st.phase === 'Blocked' || st.phase === 'Degraded' || st.phase === 'Paused') return 1;
   return 3;
 }
 
@@ -41,6 +42,8 @@ export function statusLines(jw: JobWorkerView): string[] {
   for (const type of [
     'RolloutBlocked',
     'Degraded',
+    'Paused',
+    'WorkersReady',
     'Draining',
     'Progressing',
     'DeadLettersOverdue',
@@ -50,7 +53,8 @@ export function statusLines(jw: JobWorkerView): string[] {
       c &&
       ((type === 'Progressing' && c.status === 'True') ||
         (type === 'Progressing' && c.reason === 'RollbackComplete') ||
-        (type !== 'Progressing' && c.status === 'True'));
+        (type === 'WorkersReady' && c.status === 'False') ||
+        (type !== 'Progressing' && type !== 'WorkersReady' && c.status === 'True'));
     if (notable) lines.push(`${`${type}:`.padEnd(13)}${c.reason} — ${c.message}`);
   }
   return lines;
@@ -92,6 +96,11 @@ export function whyLines(jw: JobWorkerView): string[] {
     out.push(`Rollout blocked (${blocked.reason}): ${blocked.message}`);
   const degraded = cond(jw, 'Degraded');
   if (degraded?.status === 'True') out.push(`Degraded (${degraded.reason}): ${degraded.message}`);
+  const paused = cond(jw, 'Paused');
+  if (paused?.status === 'True') out.push(`Paused (${paused.reason}): ${paused.message}`);
+  const workers = cond(jw, 'WorkersReady');
+  if (workers?.status === 'False')
+    out.push(`Workers not ready (${workers.reason}): ${workers.message}`);
   const draining = cond(jw, 'Draining');
   if (draining?.status === 'True')
     out.push(

@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util';
 import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
 import { KubeClient, type KubeObject } from '../kube/client.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
+import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../reconcile/pause.js';
 import { runDlq } from './dlq.js';
 import { historyLines, statusLines, verdict, whyLines } from './jobworker-view.js';
 
@@ -15,11 +16,15 @@ const USAGE = `usage: kubectl jobworker <command> NAME [-n NAMESPACE] [options]
 
 commands:
   status NAME [--watch] [--timeout 10m]   phase, revisions, replicas, queue age, what is going on;
-                                          exits 0 healthy, 1 blocked or degraded, 3 still progressing
+                                          exits 0 healthy, 1 blocked, degraded or paused,
+                                          3 still progressing
   history NAME                            revisions: image, key rule, schema versions
   undo NAME [--to-revision N]             roll back (to the previous revision by default): the
                                           operator drains the current revision first
   why NAME                                what blocks or degrades it, and how to fix it
+  pause NAME --reason TEXT                stop the fleet: consumers drain, then 0 replicas are held
+                                          (scaling and rollouts hold); who and why go in an event
+  resume NAME --reason TEXT               replicas follow the scaler again
   dlq list|show|replay|discard NAME [ID]  its dead letters (options as for "jobfleet dlq")
 
 Reads the cluster with your kubeconfig (KUBECONFIG, or ~/.kube/config).`;
@@ -95,6 +100,17 @@ async function main(argv: string[]): Promise<number> {
       const name = positionals[0];
       if (!name) return usage('undo NAME [--to-revision N]');
       return undo(client, await get(name), values['to-revision']);
+    }
+    case 'pause':
+    case 'resume': {
+      const { values, positionals } = parseArgs({
+        args,
+        allowPositionals: true,
+        options: { reason: { type: 'string' } },
+      });
+      const name = positionals[0];
+      if (!name || !values.reason?.trim()) return usage(`${command} NAME --reason TEXT`);
+      return setPaused(client, await get(name), command === 'pause', values.reason.trim());
     }
     case 'dlq': {
       const [sub, name, ...passOn] = args;
@@ -196,6 +212,50 @@ async function undo(client: KubeClient, jw: JobWorkerObject, to?: string): Promi
   });
   console.log(
     `${jw.metadata.name}: rolling back to revision ${target.revision} (${target.image}). The operator drains revision ${st.currentRevision ?? '?'} first; follow it with: kubectl jobworker status ${jw.metadata.name} --watch`,
+  );
+  return 0;
+}
+
+/** The authenticated user (SelfSubjectReview), or the local login when the cluster does not say. */
+async function whoAmI(client: KubeClient): Promise<string> {
+  const review = await client
+    .request<{ status?: { userInfo?: { username?: string } } }>(
+      'POST',
+      '/apis/authentication.k8s.io/v1/selfsubjectreviews',
+      { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' },
+    )
+    .catch(() => undefined);
+  return review?.status?.userInfo?.username ?? process.env.USER ?? os.userInfo().username;
+}
+
+/** Flips spec.paused, with who and why beside it (the operator's event and status quote them). */
+async function setPaused(
+  client: KubeClient,
+  jw: JobWorkerObject,
+  paused: boolean,
+  reason: string,
+): Promise<number> {
+  const name = jw.metadata.name;
+  if ((jw.spec.paused === true) === paused) {
+    console.log(`${name} is already ${paused ? 'paused' : 'running'}; nothing changed`);
+    return 0;
+  }
+  await client.replace({
+    ...jw,
+    metadata: {
+      ...jw.metadata,
+      annotations: {
+        ...(jw.metadata.annotations ?? {}),
+        [ANNOTATION_PAUSE_BY]: await whoAmI(client),
+        [ANNOTATION_PAUSE_REASON]: reason,
+      },
+    },
+    spec: { ...jw.spec, paused },
+  });
+  console.log(
+    paused
+      ? `${name}: pausing. Consumers drain within spec.shutdown.drainDeadlineSeconds, then 0 replicas are held; resume with: kubectl jobworker resume ${name} --reason …`
+      : `${name}: resuming; replicas follow the scaler again. Follow it with: kubectl jobworker status ${name} --watch`,
   );
   return 0;
 }

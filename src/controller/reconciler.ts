@@ -11,13 +11,17 @@ import { eventTarget, type EventRecorder, type EventTarget } from '../kube/event
 import type { OperatorMetrics } from '../metrics.js';
 import { FIELD_MANAGER } from '../reconcile/desired.js';
 import type { Observation } from '../reconcile/observation.js';
-import { planJobWorker, type Plan, type ScalingMemory } from '../reconcile/plan.js';
-import type { RolloutAnswers } from '../reconcile/rollout-plan.js';
+import {
+  planJobWorker,
+  type Plan,
+  type PlanAnswers,
+  type ScalingMemory,
+} from '../reconcile/plan.js';
 import type { LimitedBy } from '../reconcile/scaling.js';
 import { isSubset } from '../reconcile/subset.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { Observer, type ObjectCache } from './observe.js';
-import { answerRolloutNeed } from './rollouts.js';
+import { answerNeed } from './plan-reads.js';
 import type { ProcessResult } from './workqueue.js';
 
 /** How long a verified child without a watch is trusted before it is read again (drift repair). */
@@ -114,7 +118,7 @@ export class JobWorkerReconciler {
 
   /** The pure plan, with the reads it asks for answered. */
   private async plan(obs: Observation, key: string): Promise<Plan> {
-    const answers: RolloutAnswers = {};
+    const answers: PlanAnswers = {};
     const now = this.now();
     for (let round = 0; round < MAX_PLAN_ROUNDS; round++) {
       const p = planJobWorker({
@@ -129,7 +133,7 @@ export class JobWorkerReconciler {
         if (p.memory) this.scaling.set(key, p.memory);
         return p;
       }
-      await answerRolloutNeed(p.need, answers, obs, {
+      await answerNeed(p.need, answers, obs, {
         client: this.d.client,
         log: this.d.log,
         prometheusUrl: this.d.prometheusUrl,

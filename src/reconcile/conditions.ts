@@ -7,6 +7,8 @@ export const CONDITION_TYPES = [
   'Available',
   'Progressing',
   'Degraded',
+  'Paused',
+  'WorkersReady',
   'RolloutBlocked',
   'Draining',
   'ScalingActive',
@@ -58,6 +60,7 @@ export function isTrue(conditions: readonly Condition[] | undefined, type: Condi
 export function phaseOf(conditions: readonly Condition[], rollingBack = false): Phase {
   if (isTrue(conditions, 'RolloutBlocked')) return 'Blocked';
   if (isTrue(conditions, 'Degraded')) return 'Degraded';
+  if (isTrue(conditions, 'Paused')) return 'Paused';
   if (isTrue(conditions, 'Draining')) return 'Draining';
   if (rollingBack) return 'RollingBack';
   if (isTrue(conditions, 'Progressing') || !isTrue(conditions, 'Available')) return 'Progressing';

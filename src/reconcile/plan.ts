@@ -3,13 +3,17 @@
 // apply, the full status, the events a change deserves, the gauges, and when
 // to look again. Like planRollout, it asks (`need`) for the few reads that
 // matter only in some states, and is called again with the answer.
-import type { JobWorker, JobWorkerStatus } from '../api/jobworker.js';
+import type { JobWorker, JobWorkerSpec, JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import type { Observation } from './observation.js';
-import { desiredDeployment, desiredMetricsService, desiredPdb } from './desired.js';
+import { desiredDeployment, desiredMetricsService, desiredPdb, revisionOf } from './desired.js';
+import { pauseSwitch, wasPaused } from './pause.js';
+import { iso } from './rollout.js';
+import { workersNeedChecking, workersReadyCondition, type WorkerReport } from './workers.js';
 import { queueAge, type AgeMemory } from './queue-age.js';
 import {
   planRollout,
+  specOf,
   type RolloutAnswers,
   type RolloutNeed,
   type RolloutPlan,
@@ -70,25 +74,41 @@ export interface PlanInput {
   /** how often the queue is read while scaling on its age */
   pollMs: number;
   deadLetterReadMs: number;
-  answers: RolloutAnswers;
+  answers: PlanAnswers;
 }
 
-export function planJobWorker(i: PlanInput): Plan | { need: RolloutNeed } {
+/** A read the plan needs in this state: the rollout's, or the unready workers' reports. */
+export type PlanNeed = RolloutNeed | { kind: 'workers' };
+export type PlanAnswers = RolloutAnswers & {
+  /** what the unready pods say (./workers.ts); a key present with undefined: unreadable */
+  workers?: WorkerReport[] | undefined;
+};
+
+export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   const { obs, now } = i;
   const { raw, spec, problems, deployment } = obs;
   const previous = raw.status as JobWorkerStatus | undefined;
   const live = (deployment?.spec as { replicas?: number } | undefined)?.replicas;
-  // While a rollback drains, the Deployment sits at 0: the autoscaler keeps
-  // its own count, to restore the previous revision at.
+  const paused = spec?.paused === true;
+  const pausedBefore = wasPaused(previous);
+  // While a rollback drains or the fleet is paused, the Deployment sits at 0:
+  // the autoscaler keeps its own count, to restore at.
   const current = Number(
-    (previous?.rollout && live === 0 ? previous.desiredReplicas : live) ??
+    ((previous?.rollout || pausedBefore) && live === 0 ? previous?.desiredReplicas : live) ??
       previous?.desiredReplicas ??
       0,
   );
   const healthy = spec !== undefined && problems.length === 0;
   const scaled =
     healthy && obs.queue ? scale(obs, spec, current, i.memory, now.getTime()) : undefined;
-  const scaling = scaled?.outcome;
+  let scaling = scaled?.outcome;
+  // Paused, scaling holds: the age is still read and reported, nothing acts on it.
+  if (paused && scaling)
+    scaling = {
+      ...scaling,
+      desired: current,
+      message: `Paused: 0 replicas held, ${current} restored on resume (the scaler would run ${scaling.desired}). ${scaling.message}`,
+    };
   const desiredReplicas = scaling?.desired ?? current;
 
   let rollout: RolloutPlan | undefined;
@@ -96,19 +116,29 @@ export function planJobWorker(i: PlanInput): Plan | { need: RolloutNeed } {
   const children: KubeObject[] = [];
   const events: PlanEvent[] = [];
   let createdEvent: PlanEvent | undefined;
-  if (healthy) {
+  const held = paused ? heldRevision(obs, previous) : undefined;
+  if (held) {
+    // Rollouts hold: the revision that ran stays, at 0, whatever the spec says now.
+    appliedReplicas = 0;
+    const jw = { ...raw, spec: held.spec } as unknown as JobWorker;
+    children.push(
+      desiredDeployment(jw, held.revision, 0),
+      desiredMetricsService(jw),
+      desiredPdb(jw),
+    );
+  } else if (healthy) {
     const r = planRollout({
       raw,
       spec,
-      previous,
+      previous: pausedBefore && !paused ? resumedAnalysis(previous, scaling, now) : previous,
       deployment,
       now,
-      ageSeconds: scaling?.signalOk ? scaling.oldestAgeSeconds : undefined,
+      ageSeconds: scaling?.signalOk && !paused ? scaling.oldestAgeSeconds : undefined,
       answers: i.answers,
     });
     if ('need' in r) return r;
     rollout = r;
-    appliedReplicas = r.scaleToZero ? 0 : desiredReplicas;
+    appliedReplicas = r.scaleToZero || paused ? 0 : desiredReplicas;
     // The template applied is the planned revision's, from that revision's spec.
     const jw = { ...raw, spec: r.deploySpec } as unknown as JobWorker;
     children.push(
@@ -131,20 +161,45 @@ export function planJobWorker(i: PlanInput): Plan | { need: RolloutNeed } {
         message: `Rolling to revision ${r.targetRevision} (${r.deploySpec.image}).`,
       });
     events.push(...r.events);
-    if (deployment && scaling && !r.scaleToZero && desiredReplicas !== current)
+    if (deployment && scaling && !r.scaleToZero && !paused && desiredReplicas !== current)
       events.push({
         type: 'Normal',
         reason: desiredReplicas > current ? 'ScaledUp' : 'ScaledDown',
         message: `Scaled from ${current} to ${desiredReplicas} replicas. ${scaling.message}`,
       });
-  } else if (problems.length) {
-    // Hold what runs: a broken spec or a missing Secret must not take down the fleet.
+  }
+  // A broken spec or a missing Secret holds what runs: it must not take down the fleet.
+  if (problems.length)
     events.push({
       type: 'Warning',
       reason: problems[0]!.reason,
       message: problems.map((p) => p.message).join(' '),
     });
-  }
+  // Pods short of ready for a while are asked why (a refused password, a database down).
+  const checkWorkers = appliedReplicas > 0 && workersNeedChecking(deployment, now);
+  if (checkWorkers && !('workers' in i.answers)) return { need: { kind: 'workers' } };
+  const workers = workersReadyCondition(
+    observeDeployment(deployment),
+    appliedReplicas,
+    checkWorkers ? (i.answers.workers ?? []) : undefined,
+  );
+  if (workers.status === 'False')
+    events.push({ type: 'Warning', reason: 'WorkersNotReady', message: workers.message });
+  const pause = spec && pauseSwitch(raw);
+  if (pause && paused !== pausedBefore)
+    events.push(
+      paused
+        ? {
+            type: 'Normal',
+            reason: 'Paused',
+            message: `Paused by ${pause.by}: ${pause.reason}. Consumers drain within ${spec.shutdown.drainDeadlineSeconds} s, then 0 replicas are held; scaling and rollouts hold until resumed.`,
+          }
+        : {
+            type: 'Normal',
+            reason: 'Resumed',
+            message: `Resumed by ${pause.by}: ${pause.reason}. Replicas follow the scaler again, from ${current}.`,
+          },
+    );
 
   const status = computeStatus({
     generation: raw.metadata.generation ?? 0,
@@ -156,6 +211,8 @@ export function planJobWorker(i: PlanInput): Plan | { need: RolloutNeed } {
     history: rollout?.history ?? previous?.history ?? [],
     now,
     scaling,
+    paused: paused && pause ? pause : undefined,
+    workers,
     deadLetters: obs.deadLetters,
     rollout: rollout?.status,
     appliedReplicas,
@@ -165,11 +222,51 @@ export function planJobWorker(i: PlanInput): Plan | { need: RolloutNeed } {
     status,
     events,
     ...(createdEvent && { createdEvent }),
-    ...(scaled && { memory: scaled.memory }),
+    // Paused, the scaler's window holds; the age estimate keeps learning.
+    ...(scaled && {
+      memory: paused && i.memory ? { ...scaled.memory, scaling: i.memory.scaling } : scaled.memory,
+    }),
     ...(scaling && { scaling }),
     desiredReplicas,
     ...(rollout && { rolloutBlocked: rollout.blocked }),
     requeueAfterMs: requeue(i, status, rollout, scaling !== undefined),
+  };
+}
+
+/**
+ * The revision a paused fleet holds: the one its Deployment runs, from that
+ * revision's recorded spec. Undefined when there is none yet (a JobWorker
+ * created paused): then the spec's revision is planned as usual, at 0.
+ */
+function heldRevision(
+  obs: Observation,
+  previous: JobWorkerStatus | undefined,
+): { revision: string; spec: JobWorkerSpec } | undefined {
+  const revision = revisionOf(obs.deployment);
+  const spec = specOf(previous?.history?.find((h) => h.revision === revision));
+  return revision && spec ? { revision, spec } : undefined;
+}
+
+/**
+ * Resumed: an analysis the pause interrupted starts its window again, against
+ * the age now — the backlog the pause left is not the new revision's doing.
+ */
+function resumedAnalysis(
+  previous: JobWorkerStatus | undefined,
+  scaling: ScalingOutcome | undefined,
+  now: Date,
+): JobWorkerStatus | undefined {
+  const a = previous?.analysis;
+  if (!a) return previous;
+  const age = scaling?.signalOk ? scaling.oldestAgeSeconds : undefined;
+  return {
+    ...previous,
+    analysis: {
+      revision: a.revision,
+      stable: a.stable,
+      startedAt: iso(now),
+      ...(age !== undefined && { ageAtStart: age }),
+    },
   };
 }
 

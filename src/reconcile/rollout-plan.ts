@@ -16,6 +16,7 @@ import {
   deployedContract,
   templateHash,
 } from './desired.js';
+import { managerOf } from './managed-fields.js';
 import { assignRevision, type HistoryEntry } from './revisions.js';
 import {
   ALLOW_KEY_RULE_CHANGE,
@@ -86,7 +87,7 @@ function contractOf(e: HistoryEntry | undefined): Contract | undefined {
     : undefined;
 }
 
-function specOf(e: HistoryEntry | undefined): JobWorkerSpec | undefined {
+export function specOf(e: HistoryEntry | undefined): JobWorkerSpec | undefined {
   const p = e?.spec ? parseSpec(e.spec) : undefined;
   return p?.ok ? p.spec : undefined;
 }
@@ -102,18 +103,6 @@ function rolledOutAt(d: KubeObject | undefined, revision: string): boolean {
     (st.readyReplicas ?? 0) >= want &&
     (st.replicas ?? 0) === want
   );
-}
-
-/** Who set an annotation: the field manager that owns it in managedFields. */
-function annotationManager(raw: KubeObject, annotation: string): string | undefined {
-  const fields = raw.metadata.managedFields as
-    | Array<{
-        manager?: string;
-        fieldsV1?: { 'f:metadata'?: { 'f:annotations'?: Record<string, unknown> } };
-      }>
-    | undefined;
-  return fields?.find((f) => f.fieldsV1?.['f:metadata']?.['f:annotations']?.[`f:${annotation}`])
-    ?.manager;
 }
 
 export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed } {
@@ -238,7 +227,7 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
         aborted = previous?.abortedRevision === specRevision ? aborted : undefined;
         analysis = undefined;
       } else if (g.overrideUsed) {
-        const who = annotationManager(raw, ALLOW_KEY_RULE_CHANGE);
+        const who = managerOf(raw, ['metadata', 'annotations', ALLOW_KEY_RULE_CHANGE]);
         events.push({
           type: 'Warning',
           reason: 'KeyRuleChangeAllowed',

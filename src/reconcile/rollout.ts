@@ -141,7 +141,7 @@ export interface StepOutput {
   event?: { type: 'Normal' | 'Warning'; reason: string; message: string };
 }
 
-const iso = (d: Date) => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+export const iso = (d: Date) => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 
 export function rollbackStep(i: StepInput): StepOutput {
   const now = i.now;

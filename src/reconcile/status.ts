@@ -5,6 +5,7 @@ import { phaseOf, setCondition, type ConditionInput } from './conditions.js';
 import type { KubeObject } from '../kube/client.js';
 import { revisionOf } from './desired.js';
 import type { HistoryEntry } from './revisions.js';
+import type { PauseSwitch } from './pause.js';
 import type { RolloutStatus } from './rollout.js';
 
 export interface DeploymentObservation {
@@ -107,7 +108,11 @@ export interface StatusInput {
   deadLetters?: DeadLetterInput;
   /** what the rollout planned (src/controller/rollouts.ts) */
   rollout?: RolloutStatus;
-  /** replicas the Deployment was given (0 while a rollback drains) */
+  /** WorkersReady (./workers.ts): a False one degrades the JobWorker */
+  workers?: ConditionInput;
+  /** spec.paused is set: who set it and why */
+  paused?: PauseSwitch;
+  /** replicas the Deployment was given (0 while a rollback drains or paused) */
   appliedReplicas?: number;
   scaling?: {
     /** spec.scaling.targetOldestAgeSeconds: the objective the age is held against */
@@ -128,6 +133,16 @@ export function coarse(n: number): number {
   return Math.round(n / p) * p;
 }
 
+/** Seconds as kubectl prints ages: 37s, 4m10s, 2h5m, 3d4h. */
+export function duration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  const [d, h, m] = [Math.floor(s / 86_400), Math.floor(s / 3600) % 24, Math.floor(s / 60) % 60];
+  if (d) return `${d}d${h ? `${h}h` : ''}`;
+  if (h) return `${h}h${m ? `${m}m` : ''}`;
+  if (m) return `${m}m${s % 60 ? `${s % 60}s` : ''}`;
+  return `${s}s`;
+}
+
 export function computeStatus(i: StatusInput): JobWorkerStatus {
   const prev = i.previous ?? {};
   let conditions: Condition[] = [...(prev.conditions ?? [])];
@@ -144,6 +159,8 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     });
   } else if (i.rollout?.degraded) {
     set(i.rollout.degraded);
+  } else if (i.workers?.status === 'False') {
+    set({ type: 'Degraded', status: 'True', reason: i.workers.reason, message: i.workers.message });
   } else {
     set({
       type: 'Degraded',
@@ -153,16 +170,42 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     });
   }
 
+  if (i.workers) set(i.workers);
+  set(
+    i.paused
+      ? {
+          type: 'Paused',
+          status: 'True',
+          reason: 'PausedByUser',
+          message: `Paused by ${i.paused.by}: ${i.paused.reason}. 0 replicas held (${d?.readyReplicas ?? 0} still ready, draining); ${i.desiredReplicas} restored on resume: kubectl jobworker resume NAME --reason ….`,
+        }
+      : {
+          type: 'Paused',
+          status: 'False',
+          reason: 'NotPaused',
+          message: 'Replicas follow the scaler.',
+        },
+  );
+
   // Rolled out: the Deployment runs the revision being moved to. A rollback
-  // drains the old revision at 0 replicas first: that is not the new one running.
+  // drains the old revision at 0 replicas first: that is not the new one
+  // running; nor is a paused fleet's revision at 0 (its rollout holds).
   const rolledOut =
+    !i.paused &&
     !!d &&
     d.revision === i.updateRevision &&
     d.observedGeneration >= d.generation &&
     d.updatedReplicas >= d.replicas &&
     d.readyReplicas >= d.replicas &&
     d.replicas === (i.appliedReplicas ?? i.desiredReplicas);
-  if (!d) {
+  if (i.paused) {
+    set({
+      type: 'Progressing',
+      status: 'False',
+      reason: 'Paused',
+      message: `Rollouts hold while paused; revision ${i.updateRevision ?? '?'} is next.`,
+    });
+  } else if (!d) {
     set({
       type: 'Progressing',
       status: 'True',
@@ -193,6 +236,13 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
       reason: i.problems[0]!.reason,
       message: `No worker can run: ${i.problems.map((p) => p.message).join(' ')}`,
     });
+  } else if (i.paused) {
+    set({
+      type: 'Available',
+      status: 'False',
+      reason: 'Paused',
+      message: 'Paused: nothing consumes; messages wait in the queue.',
+    });
   } else if (i.desiredReplicas === 0) {
     set({
       type: 'Available',
@@ -216,7 +266,14 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     });
   }
 
-  if (i.scaling) {
+  if (i.paused) {
+    set({
+      type: 'ScalingActive',
+      status: 'False',
+      reason: 'Paused',
+      message: 'Scaling holds while paused.',
+    });
+  } else if (i.scaling) {
     set(
       i.scaling.signalOk
         ? {
@@ -275,8 +332,10 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
   };
   if (i.scaling) {
     status.scaling = { limitedBy: i.scaling.limitedBy, message: i.scaling.message };
-    if (i.scaling.oldestAgeSeconds !== undefined)
+    if (i.scaling.oldestAgeSeconds !== undefined) {
       status.oldestMessageAgeSeconds = coarse(i.scaling.oldestAgeSeconds);
+      status.oldestMessageAge = duration(status.oldestMessageAgeSeconds);
+    }
     if (i.scaling.queueDepth !== undefined) status.queueDepth = coarse(i.scaling.queueDepth);
     if (i.scaling.ageSource) status.ageSource = i.scaling.ageSource;
   }

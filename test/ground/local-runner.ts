@@ -3,19 +3,25 @@
 // (renewing its Lease so the node controller keeps it Ready) and, for every
 // pod the scheduler binds to it, runs a real worker process on this machine:
 // the pod's env (Secret references resolved), the command that `command(pod)`
-// maps its image to, a free port for /metrics and /readyz. It reports the pod
-// Running and Ready as the process is, restarts a crashed process (counting
-// restarts), and on deletion sends SIGTERM, then SIGKILL at the end of the
-// grace period, and removes the pod once the process has exited.
+// maps its image to. Each pod gets its own loopback address (127.x.y.z) as
+// its pod IP, and its process serves /metrics and /readyz there on the
+// container's declared port, as on a real pod network: the operator reaches
+// it the same way. It reports the pod Running and Ready as the process is,
+// restarts a crashed process (counting restarts, keeping the tail of its
+// output as the last termination message, as FallbackToLogsOnError does),
+// and on deletion sends SIGTERM, then SIGKILL at the end of the grace
+// period, and removes the pod once the process has exited.
 //
 // Pods opt in with the node selector `jobfleet.dev/runner: local` and the
 // toleration `RUNNER_TOLERATION` (the node is tainted, so kwok's fake node
 // keeps running everything else).
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomInt } from 'node:crypto';
+import net from 'node:net';
 import pino from 'pino';
 import { Informer } from '../../src/controller/informer.js';
 import type { KubeClient, KubeObject } from '../../src/kube/client.js';
-import { freePort, repoRoot } from './control-plane.js';
+import { repoRoot } from './control-plane.js';
 
 export const RUNNER_LABEL = 'jobfleet.dev/runner';
 /** What a pod template needs to run on the local runner. */
@@ -46,7 +52,11 @@ export interface LocalRunnerOptions {
 
 interface Running {
   proc: ChildProcess;
+  /** the pod IP: a loopback address of its own */
+  ip: string;
   port: number;
+  /** the last 2 KiB of its output: the termination message if it fails */
+  tail: string;
   ready: boolean;
   restarts: number;
   exited: Promise<void>;
@@ -60,6 +70,7 @@ type Pod = KubeObject & {
     containers: Array<{
       name: string;
       image: string;
+      ports?: Array<{ name?: string; containerPort: number }>;
       env?: Array<{
         name: string;
         value?: string;
@@ -73,6 +84,10 @@ export class LocalRunner {
   readonly events: RunnerEvent[] = [];
   readonly nodeName: string;
   private readonly running = new Map<string, Running>();
+  /** pod → its loopback address, kept across restarts */
+  private readonly addresses = new Map<string, string>();
+  /** pod → how its last process ended, while the next one is started */
+  private readonly lastExit = new Map<string, { code: number; message: string; at: string }>();
   /** pods whose process is being started: a second event for them must not start another */
   private readonly starting = new Set<string>();
   private informer: Informer | undefined;
@@ -220,27 +235,42 @@ export class LocalRunner {
     const name = pod.metadata.name;
     const container = pod.spec.containers[0]!;
     const [cmd, ...args] = this.o.command(container.image, pod);
-    const port = await freePort();
+    const port = container.ports?.find((p) => p.name === 'metrics')?.containerPort ?? 9464;
+    let ip = this.addresses.get(name);
+    if (!ip) {
+      ip = await freeLoopback(port);
+      this.addresses.set(name, ip);
+    }
     const proc = spawn(cmd!, args, {
       cwd: repoRoot,
       env: {
         ...process.env,
-        LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'silent',
+        // errors at least: a worker that refuses to start says why in its last line
+        LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'error',
         ...(await this.env(pod)),
         ...this.o.env,
         JOBFLEET_METRICS_PORT: String(port),
+        JOBFLEET_METRICS_HOST: ip,
         POD_NAME: name,
       },
-      stdio: ['ignore', 'ignore', this.o.inheritStderr ? 'inherit' : 'ignore'],
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
     const r: Running = {
       proc,
+      ip,
       port,
+      tail: '',
       ready: false,
       restarts,
       terminating: false,
       exited: new Promise((resolve) => proc.once('exit', () => resolve())),
     };
+    const keep = (b: Buffer) => {
+      r.tail = (r.tail + b.toString()).slice(-2048);
+      if (this.o.inheritStderr) process.stderr.write(b);
+    };
+    proc.stdout?.on('data', keep);
+    proc.stderr?.on('data', keep);
     this.running.set(name, r);
     this.record(pod, name, 'started', `pid ${proc.pid}`);
     void r.exited.then(async () => {
@@ -248,6 +278,14 @@ export class LocalRunner {
       if (r.terminating || this.stopped) return;
       // Crashed: restart after a short backoff, as the kubelet would (restartPolicy Always).
       this.running.delete(name);
+      this.lastExit.set(name, {
+        code: proc.exitCode ?? 137,
+        message: r.tail,
+        at: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+      });
+      await this.writeStatus(name, { ...r, ready: false, restarts: restarts + 1 }, true).catch(
+        () => undefined,
+      );
       await new Promise((res) => setTimeout(res, Math.min(10_000, 500 * 2 ** restarts)));
       const current = this.informer?.cache.get(`${this.o.namespace}/${name}`) as Pod | undefined;
       if (current && !current.metadata.deletionTimestamp && !this.stopped)
@@ -283,7 +321,7 @@ export class LocalRunner {
   private async probe(): Promise<void> {
     for (const [name, r] of this.running) {
       if (r.terminating) continue;
-      const ok = await fetch(`http://127.0.0.1:${r.port}/readyz`, {
+      const ok = await fetch(`http://${r.ip}:${r.port}/readyz`, {
         signal: AbortSignal.timeout(400),
       }).then(
         (res) => res.ok,
@@ -302,9 +340,11 @@ export class LocalRunner {
     }
   }
 
-  private async writeStatus(name: string, r: Running): Promise<void> {
+  /** The pod's status as the kubelet writes it; `waiting`: the process exited and is being restarted. */
+  private async writeStatus(name: string, r: Running, waiting = false): Promise<void> {
     const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
     const ready = r.ready ? 'True' : 'False';
+    const last = this.lastExit.get(name);
     await this.o.client.apply(
       {
         apiVersion: 'v1',
@@ -313,7 +353,8 @@ export class LocalRunner {
         status: {
           phase: 'Running',
           hostIP: '127.0.0.1',
-          podIP: '127.0.0.1',
+          podIP: r.ip,
+          podIPs: [{ ip: r.ip }],
           startTime: now,
           conditions: [
             { type: 'Initialized', status: 'True', lastTransitionTime: now },
@@ -327,9 +368,26 @@ export class LocalRunner {
               image: 'local',
               imageID: 'local',
               ready: r.ready,
-              started: true,
+              started: !waiting,
               restartCount: r.restarts,
-              state: { running: { startedAt: now } },
+              state: waiting
+                ? {
+                    waiting: {
+                      reason: 'CrashLoopBackOff',
+                      message: 'back-off restarting the failed container',
+                    },
+                  }
+                : { running: { startedAt: now } },
+              ...(last && {
+                lastState: {
+                  terminated: {
+                    exitCode: last.code,
+                    reason: 'Error',
+                    message: last.message,
+                    finishedAt: last.at,
+                  },
+                },
+              }),
             },
           ],
         },
@@ -356,5 +414,18 @@ export class LocalRunner {
     );
     this.running.clear();
     await this.o.client.request('DELETE', `/api/v1/nodes/${this.nodeName}`).catch(() => undefined);
+  }
+}
+
+/** A loopback address of its own for a pod (all of 127.0.0.0/8 is local on Linux), free on `port`. */
+async function freeLoopback(port: number): Promise<string> {
+  for (;;) {
+    const ip = `127.${randomInt(1, 255)}.${randomInt(0, 256)}.${randomInt(1, 255)}`;
+    const free = await new Promise<boolean>((resolve) => {
+      const s = net.createServer();
+      s.once('error', () => resolve(false));
+      s.listen(port, ip, () => s.close(() => resolve(true)));
+    });
+    if (free) return ip;
   }
 }

@@ -18,8 +18,13 @@ import { parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../../src/a
 import type { KubeObject } from '../../src/kube/client.js';
 import { deployedContract, revisionOf } from '../../src/reconcile/desired.js';
 import type { Observation } from '../../src/reconcile/observation.js';
-import { planJobWorker, type Plan, type ScalingMemory } from '../../src/reconcile/plan.js';
-import type { RolloutAnswers } from '../../src/reconcile/rollout-plan.js';
+import {
+  planJobWorker,
+  type Plan,
+  type PlanAnswers,
+  type ScalingMemory,
+} from '../../src/reconcile/plan.js';
+
 import { gate, type Contract } from '../../src/reconcile/rollout.js';
 import { prng } from '../ground/prng.js';
 
@@ -55,10 +60,11 @@ interface Scenario {
 }
 
 function specJson(
-  overrides: { keyRule?: string; schemaVersions?: number[]; image?: string } = {},
+  overrides: { keyRule?: string; schemaVersions?: number[]; image?: string; paused?: boolean } = {},
   historyLimit = 10,
 ) {
   return {
+    ...(overrides.paused !== undefined && { paused: overrides.paused }),
     image: overrides.image ?? 'registry.example.com/w:1',
     broker: { urlSecretRef: { name: 'r', key: 'url' }, queue: 'q' },
     claims: { urlSecretRef: { name: 'c', key: 'url' } },
@@ -150,7 +156,7 @@ class World {
   reconcile(): void {
     const now = new Date(Date.UTC(2026, 10, 30) + this.t * 1000);
     const obs = this.observe(now);
-    const answers: RolloutAnswers = {};
+    const answers: PlanAnswers = {};
     let plan: Plan | undefined;
     for (let round = 0; round < 6 && !plan; round++) {
       const r = planJobWorker({
@@ -169,7 +175,8 @@ class World {
           [rev]: this.pods.filter((p) => p.revision === rev).map((p) => ({ restarts: p.restarts })),
         };
       } else if (r.need.kind === 'seenVersions') answers.seenVersions = undefined;
-      else answers.queued = undefined;
+      else if (r.need.kind === 'queued') answers.queued = undefined;
+      else answers.workers = [];
     }
     if (!plan) throw new Error('the planner kept asking');
     this.memory = plan.memory;
@@ -502,7 +509,7 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
           lastRollback: { ...expected.lastRollback, result: baseline.lastRollback?.result },
         });
       }
-    });
+    }, 60_000); // 139 whole scenarios: seconds of CPU, more on a loaded machine
   });
 
   it('a crash-looping revision is rolled back', () => {
@@ -530,5 +537,91 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
     expect(w.outcome()).toMatchObject({ running: ['1'], currentRevision: '1', phase: 'Healthy' });
     expect(w.status?.lastRollback).toBeUndefined();
     expect(w.pods.map((p) => p.id)).toEqual(pods);
+  });
+
+  describe('pause and resume', () => {
+    const consuming = (w: World) => w.pods.filter((p) => p.ready && p.terminatingAt === undefined);
+    const replicasOf = (w: World) => (w.deployment?.spec as { replicas: number }).replicas;
+
+    it.each([undefined, ...SEEDS])(
+      'drains within the deadline, holds 0 against a growing backlog, resume restores (seed %s)',
+      (seed) => {
+        const w = settled({ seed, age: (t) => (t < 10 ? 5 : 5 + (t - 10) * 2) });
+        w.edit(specJson({ paused: true }));
+        w.run(10 + 15); // the drain deadline and the termination margin
+        expect(w.pods).toEqual([]);
+        for (let t = 0; t < 120; t++) {
+          w.step();
+          expect(w.pods, `t=${w.t}`).toEqual([]);
+          expect(replicasOf(w)).toBe(0);
+        }
+        expect(w.status).toMatchObject({ phase: 'Paused', desiredReplicas: REPLICAS });
+        expect(w.status?.conditions?.find((c) => c.type === 'Available')).toMatchObject({
+          status: 'False',
+          reason: 'Paused',
+        });
+        w.edit(specJson({ paused: false }));
+        w.run(10);
+        expect(w.violations).toEqual([]);
+        expect(consuming(w)).toHaveLength(REPLICAS);
+        expect(w.outcome()).toMatchObject({
+          running: ['1'],
+          currentRevision: '1',
+          phase: 'Healthy',
+        });
+      },
+    );
+
+    // Revision 2 rolls out at t=10; paused at t=30, mid-analysis, while the
+    // backlog grows; resumed at t=230.
+    const pausedMidAnalysis = (afterResume: (t: number) => number) => {
+      const age = (t: number) => (t <= 30 ? 5 : t <= 230 ? 5 + (t - 30) : afterResume(t - 230));
+      const w = settled({ age });
+      w.edit(specJson({ image: 'registry.example.com/w:2' }));
+      w.run(20);
+      expect(w.status?.analysis?.revision).toBe('2');
+      w.edit(specJson({ image: 'registry.example.com/w:2', paused: true }));
+      w.run(200);
+      expect(w.status?.lastRollback).toBeUndefined();
+      expect(w.status?.phase).toBe('Paused');
+      w.edit(specJson({ image: 'registry.example.com/w:2', paused: false }));
+      w.run(150);
+      expect(w.violations).toEqual([]);
+      return w;
+    };
+
+    it('paused mid-analysis: the backlog the pause left does not roll the revision back', () => {
+      const w = pausedMidAnalysis((t) => Math.max(5, 205 - t * 10));
+      expect(w.outcome()).toMatchObject({ running: ['2'], currentRevision: '2', phase: 'Healthy' });
+      expect(w.status?.lastRollback).toBeUndefined();
+    });
+
+    it('paused mid-analysis: the analysis resumes, and age still rising after resume rolls back', () => {
+      const w = pausedMidAnalysis((t) => 205 + t * 4);
+      expect(w.outcome()).toMatchObject({
+        running: ['1'],
+        currentRevision: '1',
+        lastRollback: { from: '2', to: '1' },
+        abortedRevision: '2',
+      });
+    });
+
+    it('an incompatible edit while paused runs nothing; on resume the gate blocks it', () => {
+      const w = settled({ historyLimit: 1 });
+      w.edit(specJson({ paused: true }, 1));
+      w.run(30);
+      w.edit(
+        specJson({ keyRule: 'order:{id}:v2', image: 'registry.example.com/w:2', paused: true }, 1),
+      );
+      w.run(30);
+      expect(w.outcome()).toMatchObject({ running: [], deployed: '1', phase: 'Paused' });
+      w.edit(
+        specJson({ keyRule: 'order:{id}:v2', image: 'registry.example.com/w:2', paused: false }, 1),
+      );
+      w.run(20);
+      expect(w.violations).toEqual([]);
+      expect([...w.consumed.keys()]).toEqual(['1']);
+      expect(w.outcome()).toMatchObject({ running: ['1'], deployed: '1', phase: 'Blocked' });
+    });
   });
 });

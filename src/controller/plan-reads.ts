@@ -1,17 +1,20 @@
-// The reads a rollout plan asks for (src/reconcile/rollout-plan.ts, `need`):
-// a revision's pods, the schema versions seen in the queue, the queued total.
+// The reads a plan asks for (src/reconcile/plan.ts, `need`): a revision's
+// pods, the schema versions seen in the queue, the queued total, what the
+// unready workers say.
 // Every decision is the planner's; this module only reads.
 import type { Logger } from 'pino';
 import type { JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import { LABEL_JOBWORKER, LABEL_REVISION } from '../reconcile/desired.js';
 import type { Observation } from '../reconcile/observation.js';
-import type { PodFacts, RolloutAnswers, RolloutNeed } from '../reconcile/rollout-plan.js';
+import type { PlanAnswers, PlanNeed } from '../reconcile/plan.js';
+import type { PodFacts } from '../reconcile/rollout-plan.js';
+import { readWorkerReports } from '../signals/worker-readiness.js';
 import { fetchSeenSchemaVersions } from '../signals/prometheus.js';
 import { fetchQueuedTotal } from '../signals/rabbitmq.js';
 import { managementApi } from './observe.js';
 
-export interface RolloutReads {
+export interface PlanReads {
   client: KubeClient;
   log: Logger;
   /** the operator's Prometheus, when the spec names none */
@@ -19,11 +22,11 @@ export interface RolloutReads {
 }
 
 /** Reads what a plan asked for (`need`) into `answers`; the caller plans again. */
-export async function answerRolloutNeed(
-  need: RolloutNeed,
-  answers: RolloutAnswers,
+export async function answerNeed(
+  need: PlanNeed,
+  answers: PlanAnswers,
   obs: Observation,
-  reads: RolloutReads,
+  reads: PlanReads,
 ): Promise<void> {
   const { raw, spec } = obs;
   const namespace = raw.metadata.namespace as string;
@@ -40,6 +43,11 @@ export async function answerRolloutNeed(
       return;
     case 'queued':
       answers.queued = spec && (await queued(obs.secrets, spec.broker.queue));
+      return;
+    case 'workers':
+      answers.workers = await readWorkerReports(reads.client, namespace, name).catch(
+        () => undefined,
+      );
       return;
   }
 }
@@ -65,7 +73,7 @@ async function pods(
 }
 
 async function seenVersions(
-  reads: RolloutReads,
+  reads: PlanReads,
   spec: JobWorkerSpec,
   namespace: string,
   name: string,

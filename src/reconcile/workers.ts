@@ -1,0 +1,103 @@
+// Whether the worker pods are ready, and if not why, pure: from what each
+// unready pod says (its /readyz answer, or the last line of a worker that
+// refused to start, kept in its termination message) to the WorkersReady
+// condition. Read only once a Deployment has stayed unavailable a while
+// (WORKERS_CHECK_AFTER_MS): pods that are merely starting cost nothing.
+import type { KubeObject } from '../kube/client.js';
+import { NOT_READY_REASONS, PASSING } from '../../worker/readiness.js';
+import type { ConditionInput } from './conditions.js';
+import type { DeploymentObservation } from './status.js';
+
+/** How long a Deployment is unavailable before its pods are asked why. */
+export const WORKERS_CHECK_AFTER_MS = 10_000;
+
+/** What one unready pod says. */
+export interface WorkerReport {
+  pod: string;
+  reason: string;
+  message: string;
+  fix?: string;
+}
+
+/** The Deployment has stayed short of ready replicas for WORKERS_CHECK_AFTER_MS. */
+export function workersNeedChecking(deployment: KubeObject | undefined, now: Date): boolean {
+  const st = deployment?.status as
+    | {
+        replicas?: number;
+        readyReplicas?: number;
+        conditions?: Array<{ type: string; status: string; lastTransitionTime?: string }>;
+      }
+    | undefined;
+  const want = (deployment?.spec as { replicas?: number } | undefined)?.replicas ?? 0;
+  if (!st || want === 0 || (st.readyReplicas ?? 0) >= want) return false;
+  const available = st.conditions?.find((c) => c.type === 'Available');
+  const since =
+    available?.status === 'False' ? Date.parse(available.lastTransitionTime ?? '') : NaN;
+  return Number.isFinite(since) && now.getTime() - since >= WORKERS_CHECK_AFTER_MS;
+}
+
+const KNOWN: ReadonlySet<string> = new Set(NOT_READY_REASONS);
+
+/**
+ * A worker's own words from its /readyz body or its last log line: reason,
+ * message and fix, and nothing else (a log line may hold anything, so only
+ * these fields of a line the worker runtime wrote are kept).
+ */
+export function parseWorkerWords(
+  text: string,
+): { reason: string; message: string; fix?: string } | undefined {
+  for (const line of text.trim().split('\n').reverse()) {
+    let o: Record<string, unknown>;
+    try {
+      o = JSON.parse(line) as Record<string, unknown>;
+    } catch {
+      continue;
+    }
+    if (typeof o.reason !== 'string' || !KNOWN.has(o.reason)) continue;
+    const message =
+      typeof o.message === 'string' ? o.message : typeof o.err === 'string' ? o.err : '';
+    return {
+      reason: o.reason,
+      message: message.slice(0, 300),
+      ...(typeof o.fix === 'string' && { fix: o.fix.slice(0, 300) }),
+    };
+  }
+  return undefined;
+}
+
+/** The WorkersReady condition; undefined reports: the pods were not asked (yet). */
+export function workersReadyCondition(
+  d: DeploymentObservation | undefined,
+  applied: number,
+  reports: WorkerReport[] | undefined,
+): ConditionInput {
+  const type = 'WorkersReady';
+  if (!d || applied === 0)
+    return { type, status: 'True', reason: 'NoneWanted', message: 'No worker replica is wanted.' };
+  if (d.readyReplicas >= d.replicas)
+    return {
+      type,
+      status: 'True',
+      reason: 'AllReady',
+      message: `${d.readyReplicas} of ${d.replicas} workers are ready.`,
+    };
+  const faults = (reports ?? []).filter((r) => !PASSING.has(r.reason));
+  if (!faults.length)
+    return {
+      type,
+      status: 'Unknown',
+      reason: reports?.length ? reports[0]!.reason : 'Starting',
+      message: `${d.readyReplicas} of ${d.replicas} workers are ready; the others are ${reports?.length ? reports[0]!.reason.toLowerCase() : 'starting'}.`,
+    };
+  // The commonest fault speaks for the fleet; the first pod that has it is named.
+  const count = new Map<string, number>();
+  for (const f of faults) count.set(f.reason, (count.get(f.reason) ?? 0) + 1);
+  const reason = [...count.entries()].sort((a, b) => b[1] - a[1])[0]![0];
+  const first = faults.find((f) => f.reason === reason)!;
+  return {
+    type,
+    status: 'False',
+    reason,
+    message: `${d.readyReplicas} of ${d.replicas} workers are ready; ${count.get(reason)} of those asked say ${reason} (pod ${first.pod}: ${first.message || 'no detail'}).${first.fix ? ` Fix: ${first.fix}.` : ''}`,
+  };
+}

@@ -1,0 +1,76 @@
+// What a JobWorker's unready pods say about themselves: each running one's
+// /readyz answer (on its pod IP and metrics port, as Prometheus reaches it),
+// or, for a worker that exited, the last line it logged, kept in its
+// container's last termination message. A few pods at most, in parallel,
+// each with a short timeout: enough to name the fault.
+import type { KubeClient, KubeObject } from '../kube/client.js';
+import { LABEL_JOBWORKER, METRICS_PORT } from '../reconcile/desired.js';
+import { parseWorkerWords, type WorkerReport } from '../reconcile/workers.js';
+
+const ASK_AT_MOST = 5;
+const TIMEOUT_MS = 1000;
+
+interface PodShape {
+  spec?: {
+    containers?: Array<{ name?: string; ports?: Array<{ name?: string; containerPort?: number }> }>;
+  };
+  status?: {
+    podIP?: string;
+    conditions?: Array<{ type: string; status: string }>;
+    containerStatuses?: Array<{
+      name?: string;
+      state?: { waiting?: { reason?: string } };
+      lastState?: { terminated?: { exitCode?: number; message?: string } };
+    }>;
+  };
+}
+
+export async function readWorkerReports(
+  client: KubeClient,
+  namespace: string,
+  name: string,
+): Promise<WorkerReport[]> {
+  const list = await client.list<KubeObject & PodShape>('v1', 'Pod', namespace, {
+    labelSelector: `${LABEL_JOBWORKER}=${name}`,
+  });
+  const unready = list.items
+    .filter((p) => !p.metadata.deletionTimestamp)
+    .filter((p) => !p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'))
+    .slice(0, ASK_AT_MOST);
+  return Promise.all(unready.map(reportOf));
+}
+
+async function reportOf(pod: KubeObject & PodShape): Promise<WorkerReport> {
+  const name = pod.metadata.name;
+  const worker = pod.status?.containerStatuses?.find((c) => c.name === 'worker');
+  const ip = pod.status?.podIP;
+  if (ip && !worker?.state?.waiting) {
+    const port =
+      pod.spec?.containers
+        ?.find((c) => c.name === 'worker')
+        ?.ports?.find((p) => p.name === 'metrics')?.containerPort ?? METRICS_PORT;
+    const host = ip.includes(':') ? `[${ip}]` : ip;
+    const body = await fetch(`http://${host}:${port}/readyz`, {
+      signal: AbortSignal.timeout(TIMEOUT_MS),
+    }).then(
+      (r) => r.text(),
+      () => undefined,
+    );
+    const said = body !== undefined ? parseWorkerWords(body) : undefined;
+    if (said) return { pod: name, ...said };
+    if (body === undefined)
+      return { pod: name, reason: 'Starting', message: '/readyz does not answer yet' };
+  }
+  const last = worker?.lastState?.terminated;
+  if (last) {
+    const said = parseWorkerWords(last.message ?? '');
+    if (said) return { pod: name, ...said };
+    return {
+      pod: name,
+      reason: 'WorkerExits',
+      message: `the worker container exits (code ${last.exitCode ?? '?'}) without saying why`,
+      fix: `read \`kubectl logs ${name} --previous\``,
+    };
+  }
+  return { pod: name, reason: 'Starting', message: 'not ready yet' };
+}

@@ -1,0 +1,120 @@
+// Why a worker is not ready, in words a machine and a person can both use.
+// /readyz answers with it (JSON), and a worker that refuses to start logs it
+// as its last line, which the pod's termination message keeps: the operator
+// reads either and puts the reason and the fix on the JobWorker.
+import { ConfigError } from './config.js';
+
+export const NOT_READY_REASONS = [
+  // passing states: nothing to fix
+  'Starting',
+  'Draining',
+  // something is down or refuses: a person (or time) fixes it
+  'BrokerUnreachable',
+  'BrokerAuthRefused',
+  'BrokerVhostMissing',
+  'ClaimsStoreUnreachable',
+  'ClaimsStoreAuthRefused',
+  'ClaimsDatabaseMissing',
+  'ClaimsSchemaMissing',
+  'ClaimsStoreForbidden',
+  'NotConsuming',
+] as const;
+export type NotReadyReason = (typeof NOT_READY_REASONS)[number];
+
+/** States a worker passes through on its own: not a fault. */
+export const PASSING: ReadonlySet<string> = new Set(['Starting', 'Draining']);
+
+export interface NotReady {
+  reason: NotReadyReason;
+  /** what is wrong, without credentials */
+  message: string;
+  /** what a person does about it */
+  fix: string;
+}
+
+export type Readiness = { ready: true } | ({ ready: false } & NotReady);
+
+/** A failure no retry fixes, met at start-up: the worker exits with it. */
+export class Misconfigured extends ConfigError {
+  constructor(readonly problem: NotReady) {
+    super(`${problem.fix} (${problem.message})`);
+  }
+}
+
+const sqlstate = (err: unknown): string | undefined => {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' ? code : undefined;
+};
+const messageOf = (err: unknown) =>
+  String((err as { message?: unknown } | undefined)?.message ?? err);
+
+/**
+ * Failures no retry fixes: the configuration is wrong. At start-up the
+ * worker exits with one (the pod's restarts and termination message say it)
+ * instead of retrying forever as if the broker were down.
+ */
+export function brokerMisconfiguration(err: unknown): Omit<NotReady, 'message'> | undefined {
+  const message = messageOf(err);
+  // Only the connection handshake: a 403 on a later declare is a permission
+  // on one queue, and a vhost that is down answers NOT_ALLOWED too.
+  if (/Handshake terminated by server: 403/.test(message))
+    return {
+      reason: 'BrokerAuthRefused',
+      fix: 'RabbitMQ refused the user or password in JOBFLEET_BROKER_URL (ACCESS_REFUSED): fix them in the Secret it comes from',
+    };
+  if (/NOT[-_]ALLOWED.*vhost .* not found/.test(message))
+    return {
+      reason: 'BrokerVhostMissing',
+      fix: 'the vhost in JOBFLEET_BROKER_URL does not exist (NOT_ALLOWED): create it, or fix the URL',
+    };
+  return undefined;
+}
+
+export function claimStoreMisconfiguration(err: unknown): Omit<NotReady, 'message'> | undefined {
+  switch (sqlstate(err)) {
+    case '28P01':
+    case '28000':
+      return {
+        reason: 'ClaimsStoreAuthRefused',
+        fix: 'PostgreSQL refused the user or password in JOBFLEET_CLAIMS_URL: fix them in the Secret it comes from',
+      };
+    case '3D000':
+      return {
+        reason: 'ClaimsDatabaseMissing',
+        fix: 'the database JOBFLEET_CLAIMS_URL names does not exist: create it, or fix the URL',
+      };
+    case '3F000':
+      return {
+        reason: 'ClaimsSchemaMissing',
+        fix: "the schema in JOBFLEET_CLAIMS_URL's search_path does not exist: create it, or fix the URL's options",
+      };
+    case '42501':
+      return {
+        reason: 'ClaimsStoreForbidden',
+        fix: "the user in JOBFLEET_CLAIMS_URL may not create the claim store's tables: grant it CREATE on the schema",
+      };
+    default:
+      return undefined;
+  }
+}
+
+/** Why the broker cannot be used: a misconfiguration, or unreachable (retried). */
+export function brokerProblem(err: unknown, compact: (m: string) => string): NotReady {
+  return {
+    ...(brokerMisconfiguration(err) ?? {
+      reason: 'BrokerUnreachable',
+      fix: 'check that RabbitMQ at the host in JOBFLEET_BROKER_URL is up and reachable from the pod (DNS, NetworkPolicy, TLS); the worker keeps retrying',
+    }),
+    message: compact(messageOf(err)),
+  };
+}
+
+export function claimStoreProblem(err: unknown, compact: (m: string) => string): NotReady {
+  return {
+    ...(claimStoreMisconfiguration(err) ?? {
+      reason: 'ClaimsStoreUnreachable',
+      fix: 'check that PostgreSQL at the host in JOBFLEET_CLAIMS_URL is up and reachable from the pod (DNS, NetworkPolicy, max_connections); the worker keeps retrying',
+    }),
+    message: compact(messageOf(err)),
+  };
+}
