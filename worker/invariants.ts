@@ -28,6 +28,8 @@ export interface InvariantResult {
 export interface VerifyOptions {
   /** the workers' JOBFLEET_MAX_ATTEMPTS */
   maxAttempts: number;
+  /** checked after the claim store's own invariants */
+  extra?: Invariant[];
 }
 
 /** A claim still `running` this long after its last update, over the ceiling, is stuck, not mid-dead-lettering. */
@@ -103,6 +105,54 @@ where status = 'quarantined'
   },
 ];
 
+/** A SQL identifier, optionally schema-qualified, quoted part by part. */
+function quoteIdent(name: string): string {
+  if (!/^[^.\s"]+(\.[^.\s"]+)?$/.test(name))
+    throw new Error(`"${name}" is not a table or column name (schema.table at most, no quotes)`);
+  return name
+    .split('.')
+    .map((p) => `"${p}"`)
+    .join('.');
+}
+
+/**
+ * The proof that can fail: the user's own record of business effects (a
+ * table written in the job's transaction, or an export of the downstream's
+ * idempotency records, loaded next to the claims) against the completed
+ * claims, by key. One effect per completed key, none without one. The
+ * primary key makes "one terminal result per key" hold by construction; this
+ * checks what the side effects actually did.
+ */
+export function effectsInvariant(o: {
+  table: string;
+  keyColumn: string;
+  /** when set, only effects at or after the oldest completed claim still kept (retention sweeps the rest) */
+  timeColumn?: string;
+}): Invariant {
+  const t = quoteIdent(o.table);
+  const k = quoteIdent(o.keyColumn);
+  const since = o.timeColumn
+    ? `\n  where e.${quoteIdent(o.timeColumn)} >= (select min(updated_at) from jobfleet_claims where state = 'completed')`
+    : '';
+  return {
+    name: 'one-effect-per-completed-key',
+    claim: `each completed key has exactly one row in ${o.table}, and every row there has a completed key`,
+    sql: `with completed as (select key from jobfleet_claims where state = 'completed'),
+effects as (
+  select e.${k}::text as key, count(*) as effects
+  from ${t} e${since}
+  group by 1)
+select coalesce(c.key, e.key) as key,
+  case when c.key is null then 'effect without a completed claim'
+       when e.key is null then 'completed claim without an effect'
+       else 'more than one effect' end as problem,
+  coalesce(e.effects, 0) as effects
+from completed c full join effects e on e.key = c.key
+where c.key is null or e.key is null or e.effects > 1`,
+    fix: 'more than one effect: the side effect ran outside the claim (a handler writing through another connection, or a second consumer without jobfleet); an effect without a claim: written by something else, or its claim was swept (pass --effects-time-column); a claim without an effect: the handler completed without writing it',
+  };
+}
+
 const SAMPLE = 20;
 
 /** Runs every invariant; `db` is a client or pool whose search_path reaches the jobfleet tables. */
@@ -111,7 +161,7 @@ export async function checkInvariants(
   opts: VerifyOptions,
 ): Promise<InvariantResult[]> {
   const results: InvariantResult[] = [];
-  for (const inv of INVARIANTS) {
+  for (const inv of [...INVARIANTS, ...(opts.extra ?? [])]) {
     const params = inv.sql.includes('$1') ? [opts.maxAttempts] : [];
     const { rows: count } = await db.query<{ n: string }>(
       `select count(*) as n from (${inv.sql}) v`,

@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import {
   checkInvariants,
+  effectsInvariant,
   terminalKeyCount,
   type InvariantResult,
 } from '../../worker/invariants.js';
@@ -22,6 +23,11 @@ const HELP = `usage: jobfleet verify [options]
   --settle-seconds N        the management API's counts are sampled (every 5 s by default):
                             a shortfall is reported only when it is still there this much
                             later (default 6)
+  --effects-table NAME      your record of business effects, in the same database (a table
+                            written in the job's transaction, or the downstream's idempotency
+                            records loaded there): checks one row per completed key
+  --effects-key COLUMN      its idempotency-key column (default key)
+  --effects-time-column COL its timestamp: rows older than the oldest kept claim are skipped
   --json                    print the results as JSON
 
 exit status: 0 every invariant holds, 1 a violation, 2 the check could not run`;
@@ -48,6 +54,9 @@ export async function runVerify(argv: string[]): Promise<number> {
       vhost: { type: 'string', default: '/' },
       'dead-letter-queue': { type: 'string' },
       'settle-seconds': { type: 'string', default: '6' },
+      'effects-table': { type: 'string' },
+      'effects-key': { type: 'string', default: 'key' },
+      'effects-time-column': { type: 'string' },
       json: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -89,7 +98,14 @@ export async function runVerify(argv: string[]): Promise<number> {
       throw new Error(
         `no jobfleet_claims table in ${redactUrl(claimsUrl)}${o.schema ? ` schema ${o.schema}` : ''}: pass --schema, or point --claims-url at the workers' JOBFLEET_CLAIMS_URL`,
       );
-    const results = await checkInvariants(db, { maxAttempts });
+    const effects = o['effects-table']
+      ? effectsInvariant({
+          table: o['effects-table'],
+          keyColumn: o['effects-key'],
+          timeColumn: o['effects-time-column'],
+        })
+      : undefined;
+    const results = await checkInvariants(db, { maxAttempts, extra: effects && [effects] });
     if (o['management-url'])
       results.push(
         await checkDeadLetterQueues(

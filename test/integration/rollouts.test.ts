@@ -5,116 +5,45 @@
 // killed mid-rollback.
 import type { ChildProcess } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { KubeClient, type KubeObject } from '../../src/kube/client.js';
+import type { KubeClient } from '../../src/kube/client.js';
+import { type KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
+import { operatorProcess as spawnOperator, testOperator } from '../fixtures/operator.js';
 import {
-  operatorProcess as spawnOperator,
-  testOperator,
-  urlSecrets,
-} from '../fixtures/operator.js';
+  NAME,
+  condition,
+  runnerGround,
+  workerSpec,
+  type RunnerGround,
+  type Spec,
+} from '../fixtures/runner-ground.js';
 import { eventually } from '../ground/eventually.js';
-import { useKube } from '../ground/index.js';
-import { LocalRunner, RUNNER_POD_TEMPLATE } from '../ground/local-runner.js';
-import { CONTRACT, QUEUE, harness, type Harness } from './worker-harness.js';
+import type { LocalRunner } from '../ground/local-runner.js';
+import type { Harness } from './worker-harness.js';
 
+let g: RunnerGround;
 let h: Harness;
-let ns: Awaited<ReturnType<typeof useKube>>;
+let ns: RunnerGround['ns'];
 let client: KubeClient;
 let runner: LocalRunner;
 let op: Operator | undefined;
 const procs: ChildProcess[] = [];
 
 beforeEach(async () => {
-  h = await harness();
-  ns = await useKube();
-  client = new KubeClient(ns.kc);
-  runner = new LocalRunner({
-    client,
-    namespace: ns.namespace,
-    nodeName: `runner-${ns.namespace}`.slice(0, 63),
-    command: () => [process.execPath, '--import', 'tsx', 'test/fixtures/effect-worker.ts'],
-    inheritStderr: !!process.env.JOBFLEET_TEST_LOG,
-  });
-  await runner.start();
-  await urlSecrets(client, ns.namespace, {
-    rabbitmq: h.rabbit.amqpUrl,
-    'rabbitmq-mgmt': h.rabbit.mgmtUrl,
-    'claims-db': h.db.url,
-  });
+  g = await runnerGround();
+  ({ h, ns, client, runner } = g);
 });
 afterEach(async () => {
   for (const p of procs.splice(0)) if (p.exitCode === null) p.kill('SIGKILL');
   await op?.stop();
   op = undefined;
-  await runner?.stop(2000);
-  await ns?.cleanup();
-  await h?.cleanup();
+  await g?.cleanup();
 });
 
-type Spec = Record<string, any>;
-const NAME = 'shipper';
-
-function spec(
-  over: {
-    image?: string;
-    contract?: Spec;
-    env?: Spec[];
-    prefetch?: number;
-    rollout?: Spec;
-    scaling?: Spec;
-  } = {},
-): Spec {
-  return {
-    image: over.image ?? 'registry.example.com/shipping/worker:1',
-    podTemplate: { ...RUNNER_POD_TEMPLATE, env: over.env ?? [] },
-    broker: {
-      urlSecretRef: { name: 'rabbitmq', key: 'url' },
-      managementUrlSecretRef: { name: 'rabbitmq-mgmt', key: 'url' },
-      queue: QUEUE,
-      prefetch: over.prefetch ?? 8,
-    },
-    retry: { initialDelaySeconds: 1, maxDelaySeconds: 4 },
-    claims: { urlSecretRef: { name: 'claims-db', key: 'url' }, leaseSeconds: 10 },
-    contract: {
-      idempotencyKey: CONTRACT.keyRule,
-      schemaVersions: CONTRACT.schemaVersions,
-      ...over.contract,
-    },
-    scaling: {
-      minReplicas: 2,
-      maxReplicas: 2,
-      targetOldestAgeSeconds: 3,
-      scaleDownStabilizationSeconds: 0,
-      ...over.scaling,
-    },
-    shutdown: { drainDeadlineSeconds: 4 },
-    rollout: { autoRollback: false, verifySeconds: 60, ...over.rollout },
-    deadLetter: { owner: 'team-shipping' },
-  };
-}
-
-const apply = (s: Spec) =>
-  client.apply(
-    {
-      apiVersion: 'jobfleet.dev/v1alpha1',
-      kind: 'JobWorker',
-      metadata: { name: NAME, namespace: ns.namespace },
-      spec: s,
-    },
-    'test-user',
-  );
-const getJw = () =>
-  client.get<KubeObject & { status?: Spec }>(
-    'jobfleet.dev/v1alpha1',
-    'JobWorker',
-    ns.namespace,
-    NAME,
-  );
-const condition = (jw: { status?: Spec }, type: string) =>
-  (jw.status?.conditions as Array<Record<string, string>> | undefined)?.find(
-    (c) => c.type === type,
-  );
+const spec = workerSpec;
+const apply = (s: Spec) => g.apply(s);
+const getJw = () => g.getJw();
 const deployedRevision = async () =>
   (await client.get<KubeObject & { spec: Spec }>('apps/v1', 'Deployment', ns.namespace, NAME)).spec
     .template.metadata.labels['jobfleet.dev/revision'] as string;

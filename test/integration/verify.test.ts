@@ -121,6 +121,28 @@ describe('jobfleet verify', () => {
     ]);
   });
 
+  it('cross-checks the business effects by key: one per completed key, and it can fail', async () => {
+    await realHistory(); // a, b and flaky completed, one effect each; bad's handler wrote none
+    const effects = ['--effects-table', 'effects', '--effects-key', 'key'];
+    const clean = await verifyJson(effects);
+    expect(violated(clean.report)).toEqual({});
+    expect(clean.code).toBe(0);
+
+    // a side effect run twice, one never written, one written by something else
+    await h.db.pool.query(`insert into effects (key, attempt) values ('order:b:ship', 2)`);
+    await h.db.pool.query(`delete from effects where key = 'order:a:ship'`);
+    await h.db.pool.query(`insert into effects (key, attempt) values ('order:zz:ship', 1)`);
+    const { code, report } = await verifyJson(effects);
+    expect(code).toBe(1);
+    expect(Object.keys(violated(report))).toEqual(['one-effect-per-completed-key']);
+    const rows = violated(report)['one-effect-per-completed-key']?.sample ?? [];
+    expect(rows.map((r) => [r.key, r.problem]).sort()).toEqual([
+      ['order:a:ship', 'completed claim without an effect'],
+      ['order:b:ship', 'more than one effect'],
+      ['order:zz:ship', 'effect without a completed claim'],
+    ]);
+  });
+
   it('detects a retry scheduled past the attempt ceiling', async () => {
     await realHistory();
     await h.db.pool.query(

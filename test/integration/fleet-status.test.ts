@@ -1,0 +1,198 @@
+// A status that tells the truth, on the real apiserver with real worker
+// processes (the local runner): the pause switch (consumers drain first, 0
+// held against a growing backlog, resume scales up), and workers that cannot
+// work saying why — a refused broker password, an unreachable claims
+// database — on the JobWorker, where `kubectl get jw` shows it.
+import net from 'node:net';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { KubeObject } from '../../src/kube/client.js';
+import type { Operator } from '../../src/operator.js';
+import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
+import { testOperator, urlSecrets } from '../fixtures/operator.js';
+import {
+  NAME,
+  condition,
+  runnerGround,
+  workerSpec,
+  type RunnerGround,
+} from '../fixtures/runner-ground.js';
+import { eventually } from '../ground/eventually.js';
+
+let g: RunnerGround;
+let op: Operator | undefined;
+
+beforeEach(async () => {
+  g = await runnerGround();
+});
+afterEach(async () => {
+  await op?.stop();
+  op = undefined;
+  await g?.cleanup();
+});
+
+const deploymentReplicas = async () =>
+  (
+    await g.client.get<KubeObject & { spec: { replicas: number } }>(
+      'apps/v1',
+      'Deployment',
+      g.ns.namespace,
+      NAME,
+    )
+  ).spec.replicas;
+
+const events = async (reason: string) =>
+  (
+    await g.client.list<KubeObject & { reason?: string; message?: string }>(
+      'v1',
+      'Event',
+      g.ns.namespace,
+    )
+  ).items.filter((e) => e.reason === reason);
+
+/** A port nothing listens on. */
+async function closedPort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as net.AddressInfo).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+describe('pause and resume', () => {
+  it('drains consumers within the deadline, holds 0 for 60 s against a growing backlog, and resume scales up', async () => {
+    const DRAIN_S = 3;
+    op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000 });
+    await g.apply(
+      workerSpec({
+        env: [{ name: 'JOBFLEET_TEST_HANDLER_MS', value: '1500' }],
+        scaling: { minReplicas: 1, maxReplicas: 3, targetOldestAgeSeconds: 3 },
+        shutdown: { drainDeadlineSeconds: DRAIN_S },
+      }),
+    );
+    await eventually('a ready worker', async () => {
+      const jw = await g.getJw();
+      return (jw.status?.readyReplicas ?? 0) >= 1 ? jw : undefined;
+    });
+    const before = [];
+    for (let i = 0; i < 6; i++) before.push((await g.h.job(`p-${i}`)).key);
+    await eventually('jobs in flight', async () => ((await g.h.effects()) > 0 ? true : undefined));
+
+    const kubectl = kubectlWithPlugin(g.ns.kubeconfigPath);
+    const paused = await kubectl(
+      'jobworker',
+      'pause',
+      NAME,
+      '--reason',
+      'payments API incident',
+      '-n',
+      g.ns.namespace,
+    );
+    expect(paused.code, paused.stderr).toBe(0);
+    await eventually('every worker process gone', async () =>
+      (await deploymentReplicas()) === 0 &&
+      g.runner.events.filter((e) => e.kind === 'started').length ===
+        g.runner.events.filter((e) => e.kind === 'exited').length
+        ? true
+        : undefined,
+    );
+    // Each worker exited within the drain deadline of its SIGTERM (process timestamps).
+    for (const term of g.runner.events.filter((e) => e.kind === 'sigterm')) {
+      const exit = g.runner.events.find(
+        (e) => e.pod === term.pod && e.kind === 'exited' && e.at >= term.at,
+      );
+      expect(exit, term.pod).toBeDefined();
+      expect(exit!.at - term.at).toBeLessThanOrEqual(DRAIN_S * 1000 + 1000);
+    }
+    const jw = await g.getJw();
+    expect(jw.status?.phase).toBe('Paused');
+    expect(condition(jw, 'Paused')?.message).toContain('payments API incident');
+    expect(condition(jw, 'Available')).toMatchObject({ status: 'False', reason: 'Paused' });
+    expect((await events('Paused'))[0]?.message).toContain('payments API incident');
+
+    // Held at 0 for 60 s while the backlog grows.
+    const heldFrom = Date.now();
+    const startedBefore = g.runner.events.filter((e) => e.kind === 'started').length;
+    let n = 0;
+    while (Date.now() - heldFrom < 60_000) {
+      await g.h.job(`b-${n++}`);
+      expect(await deploymentReplicas()).toBe(0);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    expect(g.runner.events.filter((e) => e.kind === 'started').length).toBe(startedBefore);
+    const held = await g.getJw();
+    expect(held.status?.phase).toBe('Paused');
+    expect(held.status?.oldestMessageAgeSeconds).toBeGreaterThan(30);
+
+    const resumed = await kubectl(
+      'jobworker',
+      'resume',
+      NAME,
+      '--reason',
+      'incident over',
+      '-n',
+      g.ns.namespace,
+    );
+    expect(resumed.code, resumed.stderr).toBe(0);
+    await eventually(
+      'scaled up on the backlog',
+      async () => ((await deploymentReplicas()) > 1 ? true : undefined),
+      60_000,
+    );
+    // Nothing lost, nothing done twice: every job's effect exactly once.
+    await eventually(
+      'the backlog drained',
+      async () => ((await g.h.effects()) >= before.length + n ? true : undefined),
+      120_000,
+    );
+    for (const key of before) expect(await g.h.effects(key), key).toBe(1);
+    expect((await events('Resumed'))[0]?.message).toContain('incident over');
+  }, 240_000);
+});
+
+describe('workers that cannot work say why on the JobWorker', () => {
+  /** WorkersReady=False with `reason`, within 30 s of the first worker process starting. */
+  async function reported(reason: string) {
+    const jw = await eventually(
+      `WorkersReady=False (${reason})`,
+      async () => {
+        const j = await g.getJw();
+        return condition(j, 'WorkersReady')?.reason === reason ? j : undefined;
+      },
+      90_000,
+    );
+    const started = g.runner.events.find((e) => e.kind === 'started')!.at;
+    const at = Date.parse(condition(jw, 'WorkersReady')!.lastTransitionTime!);
+    expect(at - started).toBeLessThanOrEqual(30_000);
+    expect(condition(jw, 'WorkersReady')?.status).toBe('False');
+    expect(jw.status?.phase).toBe('Degraded');
+    expect(condition(jw, 'Degraded')?.reason).toBe(reason);
+    const kubectl = kubectlWithPlugin(g.ns.kubeconfigPath);
+    const got = await kubectl('get', 'jobworker', NAME, '-n', g.ns.namespace);
+    expect(got.stdout).toContain('Degraded');
+    const why = await kubectl('jobworker', 'why', NAME, '-n', g.ns.namespace);
+    expect(why.stdout).toContain(reason);
+    return jw;
+  }
+
+  it('a password RabbitMQ refuses: BrokerAuthRefused, with the fix', async () => {
+    const url = new URL(g.h.rabbit.amqpUrl);
+    url.password = 'not-the-password';
+    await urlSecrets(g.client, g.ns.namespace, { 'rabbitmq-wrong': url.toString() });
+    op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000 });
+    await g.apply(workerSpec({ broker: { urlSecretRef: { name: 'rabbitmq-wrong', key: 'url' } } }));
+    const jw = await reported('BrokerAuthRefused');
+    expect(condition(jw, 'WorkersReady')?.message).toContain('Fix: RabbitMQ refused the user');
+    expect(JSON.stringify(jw.status)).not.toContain('not-the-password');
+    expect((await events('WorkersNotReady')).length).toBeGreaterThan(0);
+  }, 120_000);
+
+  it('the claims database unreachable: ClaimsStoreUnreachable, with the fix', async () => {
+    const url = new URL(g.h.db.url);
+    url.port = String(await closedPort());
+    await urlSecrets(g.client, g.ns.namespace, { 'claims-down': url.toString() });
+    op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000 });
+    await g.apply(workerSpec({ claims: { urlSecretRef: { name: 'claims-down', key: 'url' } } }));
+    const jw = await reported('ClaimsStoreUnreachable');
+    expect(condition(jw, 'WorkersReady')?.message).toContain('ECONNREFUSED');
+  }, 120_000);
+});
