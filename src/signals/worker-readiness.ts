@@ -5,6 +5,7 @@
 // each with a short timeout: enough to name the fault.
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import { LABEL_JOBWORKER, METRICS_PORT } from '../reconcile/desired.js';
+import { PASSING } from '../../worker/readiness.js';
 import { parseWorkerWords, type WorkerReport } from '../reconcile/workers.js';
 
 const ASK_AT_MOST = 5;
@@ -43,6 +44,9 @@ export async function readWorkerReports(
 async function reportOf(pod: KubeObject & PodShape): Promise<WorkerReport> {
   const name = pod.metadata.name;
   const worker = pod.status?.containerStatuses?.find((c) => c.name === 'worker');
+  // A worker that exited saying why, and is starting again, still has that fault until it is ready.
+  const last = worker?.lastState?.terminated;
+  const lastWords = last ? parseWorkerWords(last.message ?? '') : undefined;
   const ip = pod.status?.podIP;
   if (ip && !worker?.state?.waiting) {
     const port =
@@ -57,20 +61,15 @@ async function reportOf(pod: KubeObject & PodShape): Promise<WorkerReport> {
       () => undefined,
     );
     const said = body !== undefined ? parseWorkerWords(body) : undefined;
-    if (said) return { pod: name, ...said };
-    if (body === undefined)
-      return { pod: name, reason: 'Starting', message: '/readyz does not answer yet' };
+    if (said && !(PASSING.has(said.reason) && lastWords)) return { pod: name, ...said };
   }
-  const last = worker?.lastState?.terminated;
-  if (last) {
-    const said = parseWorkerWords(last.message ?? '');
-    if (said) return { pod: name, ...said };
+  if (lastWords) return { pod: name, ...lastWords };
+  if (last)
     return {
       pod: name,
       reason: 'WorkerExits',
       message: `the worker container exits (code ${last.exitCode ?? '?'}) without saying why`,
       fix: `read \`kubectl logs ${name} --previous\``,
     };
-  }
   return { pod: name, reason: 'Starting', message: 'not ready yet' };
 }

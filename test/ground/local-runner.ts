@@ -13,8 +13,8 @@
 // period, and removes the pod once the process has exited.
 //
 // Pods opt in with the node selector `jobfleet.dev/runner: local` and the
-// toleration `RUNNER_TOLERATION` (the node is tainted, so kwok's fake node
-// keeps running everything else).
+// runner's toleration (the node is tainted, so kwok's fake node keeps running
+// everything else); `runnerPodTemplate(nodeName)` also pins them to one runner.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import net from 'node:net';
@@ -24,11 +24,17 @@ import type { KubeClient, KubeObject } from '../../src/kube/client.js';
 import { repoRoot } from './control-plane.js';
 
 export const RUNNER_LABEL = 'jobfleet.dev/runner';
-/** What a pod template needs to run on the local runner. */
-export const RUNNER_POD_TEMPLATE = {
-  nodeSelector: { [RUNNER_LABEL]: 'local' },
-  tolerations: [{ key: RUNNER_LABEL, operator: 'Equal', value: 'local', effect: 'NoSchedule' }],
-};
+/**
+ * What a pod template needs to run on the runner `nodeName`: pinned to that
+ * node, since every runner's node carries the runner label and two suites
+ * running at once must not get each other's pods.
+ */
+export function runnerPodTemplate(nodeName: string) {
+  return {
+    nodeSelector: { [RUNNER_LABEL]: 'local', 'kubernetes.io/hostname': nodeName },
+    tolerations: [{ key: RUNNER_LABEL, operator: 'Equal', value: 'local', effect: 'NoSchedule' }],
+  };
+}
 
 export interface RunnerEvent {
   pod: string;

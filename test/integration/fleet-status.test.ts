@@ -9,13 +9,7 @@ import type { KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
 import { testOperator, urlSecrets } from '../fixtures/operator.js';
-import {
-  NAME,
-  condition,
-  runnerGround,
-  workerSpec,
-  type RunnerGround,
-} from '../fixtures/runner-ground.js';
+import { NAME, condition, runnerGround, type RunnerGround } from '../fixtures/runner-ground.js';
 import { eventually } from '../ground/eventually.js';
 
 let g: RunnerGround;
@@ -63,7 +57,7 @@ describe('pause and resume', () => {
     const DRAIN_S = 3;
     op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000 });
     await g.apply(
-      workerSpec({
+      g.spec({
         env: [{ name: 'JOBFLEET_TEST_HANDLER_MS', value: '1500' }],
         scaling: { minReplicas: 1, maxReplicas: 3, targetOldestAgeSeconds: 3 },
         shutdown: { drainDeadlineSeconds: DRAIN_S },
@@ -179,7 +173,7 @@ describe('workers that cannot work say why on the JobWorker', () => {
     url.password = 'not-the-password';
     await urlSecrets(g.client, g.ns.namespace, { 'rabbitmq-wrong': url.toString() });
     op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000 });
-    await g.apply(workerSpec({ broker: { urlSecretRef: { name: 'rabbitmq-wrong', key: 'url' } } }));
+    await g.apply(g.spec({ broker: { urlSecretRef: { name: 'rabbitmq-wrong', key: 'url' } } }));
     const jw = await reported('BrokerAuthRefused');
     expect(condition(jw, 'WorkersReady')?.message).toContain('Fix: RabbitMQ refused the user');
     expect(JSON.stringify(jw.status)).not.toContain('not-the-password');
@@ -191,7 +185,7 @@ describe('workers that cannot work say why on the JobWorker', () => {
     url.port = String(await closedPort());
     await urlSecrets(g.client, g.ns.namespace, { 'claims-down': url.toString() });
     op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000 });
-    await g.apply(workerSpec({ claims: { urlSecretRef: { name: 'claims-down', key: 'url' } } }));
+    await g.apply(g.spec({ claims: { urlSecretRef: { name: 'claims-down', key: 'url' } } }));
     const jw = await reported('ClaimsStoreUnreachable');
     expect(condition(jw, 'WorkersReady')?.message).toContain('ECONNREFUSED');
   }, 120_000);

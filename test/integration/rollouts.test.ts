@@ -14,8 +14,8 @@ import {
   NAME,
   condition,
   runnerGround,
-  workerSpec,
   type RunnerGround,
+  type SpecOptions,
   type Spec,
 } from '../fixtures/runner-ground.js';
 import { eventually } from '../ground/eventually.js';
@@ -41,7 +41,7 @@ afterEach(async () => {
   await g?.cleanup();
 });
 
-const spec = workerSpec;
+const spec = (over?: SpecOptions) => g.spec(over);
 const apply = (s: Spec) => g.apply(s);
 const getJw = () => g.getJw();
 const deployedRevision = async () =>
@@ -445,5 +445,5 @@ describe('an operator killed mid-rollback', () => {
     await eventually('k-long completed', async () =>
       (await h.claim('order:k-long:ship'))?.state === 'completed' ? true : undefined,
     );
-  });
+  }, 180_000); // three operator processes started in turn: slow on a loaded machine
 });
