@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration lint typecheck build bench chaos demo control-plane clean deps crds
+.PHONY: node node-path test test-unit test-integration lint typecheck build bench chaos demo dev images control-plane clean deps crds
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -83,6 +83,21 @@ chaos: node_modules
 ## real worker processes; scales on age, rolls back drain-first, blocks a key-rule change (~3 min)
 demo: node_modules control-plane
 	node --import tsx examples/demo/demo.ts
+
+## dev: the dev ground for trying things by hand (the README tour): a control plane whose one
+## node runs every pod — the chart's operator, the workers — as a process here; Ctrl-C stops it
+dev: node_modules control-plane
+	node --import tsx examples/dev/dev.ts
+
+## images: the commands that build and push the operator and example-worker images (no image is
+## published yet); REGISTRY and TAG name them, e.g. make images REGISTRY=registry.example.com/you TAG=0.1.0
+REGISTRY ?= localhost:5000
+TAG ?= dev
+images:
+	@echo "docker build --target operator -t $(REGISTRY)/jobfleet-operator:$(TAG) ."
+	@echo "docker build --target example-worker -t $(REGISTRY)/jobfleet-example-worker:$(TAG) ."
+	@echo "docker push $(REGISTRY)/jobfleet-operator:$(TAG)"
+	@echo "docker push $(REGISTRY)/jobfleet-example-worker:$(TAG)"
 
 clean:
 	rm -rf dist test-results coverage .cache/build

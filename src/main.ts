@@ -34,6 +34,7 @@ const operator = await startOperator({
     retryPeriodSeconds: Math.max(0.5, leaseSeconds * (2 / 15)),
   },
   port: Number(env.JOBFLEET_OPERATOR_PORT ?? 8080),
+  host: env.JOBFLEET_OPERATOR_HOST || undefined,
   resyncMs: Number(env.JOBFLEET_RESYNC_SECONDS ?? 300) * 1000,
   prometheusUrl: env.JOBFLEET_PROMETHEUS_URL || undefined,
   log,

@@ -25,6 +25,8 @@ export interface OperatorOptions {
   };
   /** 0 = any free port */
   port?: number;
+  /** the address /metrics, /healthz and /readyz listen on; all interfaces by default */
+  host?: string;
   concurrency?: number;
   resyncMs?: number;
   /** how often queue signals are read while scaling on age (default 10 s) */
@@ -119,7 +121,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     }
     res.writeHead(404).end();
   });
-  await new Promise<void>((r) => server.listen(o.port ?? 8080, r));
+  await new Promise<void>((r) => server.listen(o.port ?? 8080, o.host, r));
   elector.start();
   log.info({ identity: o.identity, namespaces: o.namespaces ?? 'all' }, 'operator started');
 

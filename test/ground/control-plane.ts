@@ -118,6 +118,8 @@ export async function startControlPlane(
     workloads?: boolean;
     /** runs once the apiserver is ready, before the controllers start (install CRDs here, so the garbage collector knows their kinds from its first discovery) */
     beforeControllers?: (kubeconfigPath: string) => Promise<unknown>;
+    /** kwok's fake node, where pods run without processes (default true); `make dev` runs without it */
+    fakeNode?: boolean;
   } = {},
 ): Promise<ControlPlane> {
   const assets = opts.assets ?? assetsDir();
@@ -235,7 +237,7 @@ export async function startControlPlane(
     if (runsWorkloads) {
       startWorkloadControllers(dir, kubeconfigPath, saKey, caFile, run);
       rearm();
-      await createFakeNode(kubeconfigPath, procs);
+      if (opts.fakeNode ?? true) await createFakeNode(kubeconfigPath, procs);
     }
     const pids = procs.map((p) => p.child.pid ?? 0);
     return { dir, kubeconfigPath, server, runsWorkloads, pids, stop };

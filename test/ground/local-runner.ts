@@ -46,7 +46,8 @@ export interface RunnerEvent {
 
 export interface LocalRunnerOptions {
   client: KubeClient;
-  namespace: string;
+  /** the namespace whose pods it runs; all namespaces when unset */
+  namespace?: string;
   nodeName?: string;
   /** the command for a pod's container image: [executable, ...args] */
   command(image: string, pod: KubeObject): string[];
@@ -54,10 +55,17 @@ export interface LocalRunnerOptions {
   env?: Record<string, string>;
   /** passes the processes' stderr through (debugging) */
   inheritStderr?: boolean;
+  /**
+   * Runs every pod the scheduler places here (`make dev`, the README tour:
+   * a cluster whose only node is this one). By default the node is tainted
+   * and only pods that ask for the runner land on it.
+   */
+  untainted?: boolean;
 }
 
 interface Running {
   proc: ChildProcess;
+  container: string;
   /** the pod IP: a loopback address of its own */
   ip: string;
   port: number;
@@ -80,8 +88,12 @@ type Pod = KubeObject & {
       env?: Array<{
         name: string;
         value?: string;
-        valueFrom?: { secretKeyRef?: { name: string; key: string } };
+        valueFrom?: {
+          secretKeyRef?: { name: string; key: string };
+          fieldRef?: { fieldPath: string };
+        };
       }>;
+      readinessProbe?: { httpGet?: { port?: number | string } };
     }>;
   };
 };
@@ -141,7 +153,11 @@ export class LocalRunner {
           labels: { [RUNNER_LABEL]: 'local', 'kubernetes.io/hostname': this.nodeName },
         },
         // Only pods that ask for the runner land here: others (kwok's) never get a process.
-        spec: { taints: [{ key: RUNNER_LABEL, value: 'local', effect: 'NoSchedule' }] },
+        spec: {
+          taints: this.o.untainted
+            ? []
+            : [{ key: RUNNER_LABEL, value: 'local', effect: 'NoSchedule' }],
+        },
       },
       'local-runner',
     );
@@ -194,40 +210,49 @@ export class LocalRunner {
     );
   }
 
+  /** Maps are keyed by the informer's key, namespace/name. */
   private async sync(key: string, pod: Pod | undefined): Promise<void> {
     const name = key.split('/')[1] ?? key;
-    const r = this.running.get(name);
+    const r = this.running.get(key);
     if (!pod) {
-      if (r && !r.terminating) await this.terminate(name, undefined, r, 0);
+      if (r && !r.terminating) await this.terminate(key, undefined, r, 0);
       return;
     }
     if (pod.spec.nodeName !== this.nodeName) return;
     if (pod.metadata.deletionTimestamp) {
       if (r && !r.terminating)
-        await this.terminate(name, pod, r, pod.spec.terminationGracePeriodSeconds ?? 30);
+        await this.terminate(key, pod, r, pod.spec.terminationGracePeriodSeconds ?? 30);
       else if (!r) await this.remove(pod);
       return;
     }
-    if (!r && !this.stopped && !this.starting.has(name)) {
-      this.starting.add(name);
+    if (!r && !this.stopped && !this.starting.has(key)) {
+      this.starting.add(key);
       this.record(pod, name, 'seen');
       const current = this.informer?.cache.get(key) as Pod | undefined;
       if (current && !current.metadata.deletionTimestamp && !this.stopped)
-        await this.launch(current, 0);
-      this.starting.delete(name);
+        await this.launch(key, current, 0);
+      this.starting.delete(key);
     }
   }
 
-  private async env(pod: Pod): Promise<Record<string, string>> {
+  private async env(pod: Pod, ip: string): Promise<Record<string, string>> {
     const out: Record<string, string> = {};
+    const fields: Record<string, string> = {
+      'metadata.name': pod.metadata.name,
+      'metadata.namespace': pod.metadata.namespace!,
+      'status.podIP': ip,
+      'spec.nodeName': this.nodeName,
+    };
     for (const e of pod.spec.containers[0]?.env ?? []) {
       if (e.value !== undefined) out[e.name] = e.value;
+      const field = e.valueFrom?.fieldRef?.fieldPath;
+      if (field && fields[field] !== undefined) out[e.name] = fields[field];
       const ref = e.valueFrom?.secretKeyRef;
       if (ref) {
         const secret = await this.o.client.find<KubeObject & { data?: Record<string, string> }>(
           'v1',
           'Secret',
-          this.o.namespace,
+          pod.metadata.namespace,
           ref.name,
         );
         const v = secret?.data?.[ref.key];
@@ -237,15 +262,20 @@ export class LocalRunner {
     return out;
   }
 
-  private async launch(pod: Pod, restarts: number): Promise<void> {
+  private async launch(key: string, pod: Pod, restarts: number): Promise<void> {
     const name = pod.metadata.name;
     const container = pod.spec.containers[0]!;
     const [cmd, ...args] = this.o.command(container.image, pod);
-    const port = container.ports?.find((p) => p.name === 'metrics')?.containerPort ?? 9464;
-    let ip = this.addresses.get(name);
+    // The port the readiness probe reads (by name or number); a worker's metrics port otherwise.
+    const probed = container.readinessProbe?.httpGet?.port;
+    const port =
+      (typeof probed === 'number'
+        ? probed
+        : container.ports?.find((p) => p.name === (probed ?? 'metrics'))?.containerPort) ?? 9464;
+    let ip = this.addresses.get(key);
     if (!ip) {
       ip = await freeLoopback(port);
-      this.addresses.set(name, ip);
+      this.addresses.set(key, ip);
     }
     const proc = spawn(cmd!, args, {
       cwd: repoRoot,
@@ -253,16 +283,19 @@ export class LocalRunner {
         ...process.env,
         // errors at least: a worker that refuses to start says why in its last line
         LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'error',
-        ...(await this.env(pod)),
+        ...(await this.env(pod, ip)),
         ...this.o.env,
         JOBFLEET_METRICS_PORT: String(port),
+        // each listens on its own pod IP, as on a pod network (a worker, or the operator)
         JOBFLEET_METRICS_HOST: ip,
+        JOBFLEET_OPERATOR_HOST: ip,
         POD_NAME: name,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const r: Running = {
       proc,
+      container: container.name,
       ip,
       port,
       tail: '',
@@ -277,37 +310,37 @@ export class LocalRunner {
     };
     proc.stdout?.on('data', keep);
     proc.stderr?.on('data', keep);
-    this.running.set(name, r);
+    this.running.set(key, r);
     this.record(pod, name, 'started', `pid ${proc.pid}`);
     void r.exited.then(async () => {
       this.record(pod, name, 'exited', `code ${proc.exitCode ?? proc.signalCode}`);
       if (r.terminating || this.stopped) return;
       // Crashed: restart after a short backoff, as the kubelet would (restartPolicy Always).
-      this.running.delete(name);
-      this.lastExit.set(name, {
+      this.running.delete(key);
+      this.lastExit.set(key, {
         code: proc.exitCode ?? 137,
         message: r.tail,
         at: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
       });
-      await this.writeStatus(name, { ...r, ready: false, restarts: restarts + 1 }, true).catch(
+      await this.writeStatus(key, { ...r, ready: false, restarts: restarts + 1 }, true).catch(
         () => undefined,
       );
       await new Promise((res) => setTimeout(res, Math.min(10_000, 500 * 2 ** restarts)));
-      const current = this.informer?.cache.get(`${this.o.namespace}/${name}`) as Pod | undefined;
+      const current = this.informer?.cache.get(key) as Pod | undefined;
       if (current && !current.metadata.deletionTimestamp && !this.stopped)
-        await this.launch(current, restarts + 1);
+        await this.launch(key, current, restarts + 1);
     });
-    await this.writeStatus(name, r);
+    await this.writeStatus(key, r);
   }
 
-  private async terminate(name: string, pod: Pod | undefined, r: Running, graceSeconds: number) {
+  private async terminate(key: string, pod: Pod | undefined, r: Running, graceSeconds: number) {
     r.terminating = true;
-    this.record(pod, name, 'sigterm');
+    this.record(pod, key.split('/')[1] ?? key, 'sigterm');
     r.proc.kill('SIGTERM');
     const kill = setTimeout(() => r.proc.kill('SIGKILL'), graceSeconds * 1000);
     await r.exited;
     clearTimeout(kill);
-    this.running.delete(name);
+    this.running.delete(key);
     if (pod) await this.remove(pod);
   }
 
@@ -318,14 +351,14 @@ export class LocalRunner {
     await this.o.client
       .request(
         'DELETE',
-        `/api/v1/namespaces/${this.o.namespace}/pods/${pod.metadata.name}?gracePeriodSeconds=0`,
+        `/api/v1/namespaces/${pod.metadata.namespace}/pods/${pod.metadata.name}?gracePeriodSeconds=0`,
       )
       .catch(() => undefined); // already gone
     this.record(pod, pod.metadata.name, 'removed');
   }
 
   private async probe(): Promise<void> {
-    for (const [name, r] of this.running) {
+    for (const [key, r] of this.running) {
       if (r.terminating) continue;
       const ok = await fetch(`http://${r.ip}:${r.port}/readyz`, {
         signal: AbortSignal.timeout(400),
@@ -337,25 +370,26 @@ export class LocalRunner {
         r.ready = ok;
         if (ok)
           this.record(
-            this.informer?.cache.get(`${this.o.namespace}/${name}`) as Pod | undefined,
-            name,
+            this.informer?.cache.get(key) as Pod | undefined,
+            key.split('/')[1] ?? key,
             'ready',
           );
-        await this.writeStatus(name, r).catch(() => undefined);
+        await this.writeStatus(key, r).catch(() => undefined);
       }
     }
   }
 
   /** The pod's status as the kubelet writes it; `waiting`: the process exited and is being restarted. */
-  private async writeStatus(name: string, r: Running, waiting = false): Promise<void> {
+  private async writeStatus(key: string, r: Running, waiting = false): Promise<void> {
+    const [namespace, name] = key.split('/') as [string, string];
     const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
     const ready = r.ready ? 'True' : 'False';
-    const last = this.lastExit.get(name);
+    const last = this.lastExit.get(key);
     await this.o.client.apply(
       {
         apiVersion: 'v1',
         kind: 'Pod',
-        metadata: { name, namespace: this.o.namespace },
+        metadata: { name, namespace },
         status: {
           phase: 'Running',
           hostIP: '127.0.0.1',
@@ -370,7 +404,7 @@ export class LocalRunner {
           ],
           containerStatuses: [
             {
-              name: 'worker',
+              name: r.container,
               image: 'local',
               imageID: 'local',
               ready: r.ready,

@@ -1,0 +1,59 @@
+// The dev ground: a control plane whose only node is the local runner's, so
+// every pod scheduled runs as a real process on this machine — the chart's
+// operator and the JobWorkers' workers alike. `make dev` starts it for trying
+// things by hand, and the README tour test runs the tour on it. The runner
+// maps the images `make images` names to their entrypoints here (what those
+// images run); any other image's pod fails, saying so.
+import { KubeClient } from '../../src/kube/client.js';
+import { startControlPlane, type ControlPlane } from './control-plane.js';
+import { loadKubeConfig } from './kube.js';
+import { LocalRunner } from './local-runner.js';
+
+/** What `make images` builds, by repository name: the entrypoint each image runs. */
+export const DEV_IMAGES: Record<string, string> = {
+  'jobfleet-operator': 'src/main.ts',
+  'jobfleet-example-worker': 'examples/worker/worker.ts',
+};
+
+/** The process for a pod's image: the local entrypoint of a known image, or one that fails saying why. */
+export function devCommand(image: string): string[] {
+  const repository = image.split('/').pop()!.split(/[:@]/)[0]!;
+  const entry = DEV_IMAGES[repository];
+  if (entry) return [process.execPath, '--import', 'tsx', entry];
+  const why = `the dev ground runs only the images \`make images\` names (${Object.keys(DEV_IMAGES).join(', ')}), not ${image}`;
+  return [process.execPath, '-e', `console.error(${JSON.stringify(why)}); process.exit(1)`];
+}
+
+export interface DevGround {
+  plane: ControlPlane;
+  runner: LocalRunner;
+  stop(): Promise<void>;
+}
+
+export async function startDevGround(): Promise<DevGround> {
+  const plane = await startControlPlane({ fakeNode: false });
+  try {
+    const client = new KubeClient(loadKubeConfig(plane.kubeconfigPath));
+    const runner = new LocalRunner({
+      client,
+      nodeName: 'dev-node',
+      untainted: true,
+      command: devCommand,
+      // The operator's pod reaches the apiserver as the ground's admin (no service account tokens here).
+      env: { KUBECONFIG: plane.kubeconfigPath },
+      inheritStderr: !!process.env.JOBFLEET_TEST_LOG,
+    });
+    await runner.start();
+    return {
+      plane,
+      runner,
+      stop: async () => {
+        await runner.stop(3000);
+        await plane.stop();
+      },
+    };
+  } catch (err) {
+    await plane.stop();
+    throw err;
+  }
+}

@@ -1,0 +1,108 @@
+// The README's tour, run as written, in order, on the dev ground (a real
+// control plane whose one node runs every pod as a local process: the
+// chart's operator and the example worker, from the image names `make
+// images` prints). The only edit is the one the tour asks for: the three
+// URLs in examples/secrets.yaml, set to this machine's services.
+import { execFile } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { assetsDir, repoRoot } from '../ground/control-plane.js';
+import { startDevGround, type DevGround } from '../ground/dev-ground.js';
+import { createSchema } from '../ground/postgres.js';
+import { createVhost } from '../ground/rabbit.js';
+import { findServices } from '../ground/services.js';
+
+/** The shell commands of the README's tour block, continuation lines joined, comments dropped. */
+function tourCommands(): string[] {
+  const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## A five-minute tour'));
+  const block = /```sh\n([\s\S]*?)```/.exec(section)![1]!;
+  return block
+    .replace(/\\\n\s*/g, '')
+    .split('\n')
+    .map((l) => l.replace(/\s+#.*$/, '').trim())
+    .filter(Boolean);
+}
+
+let ground: DevGround;
+const cleanups: Array<() => Promise<unknown>> = [];
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+  await ground?.stop();
+});
+beforeAll(async () => {
+  ground = await startDevGround();
+}, 120_000);
+
+function sh(command: string, env: NodeJS.ProcessEnv) {
+  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+    execFile(
+      'bash',
+      ['-c', command],
+      { cwd: repoRoot, env, timeout: 240_000 },
+      (err, stdout, stderr) =>
+        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    ),
+  );
+}
+
+describe("the README's tour", () => {
+  it('runs as written on the dev ground and reaches Available with age scaling active', async () => {
+    const services = await findServices(process.env, { containers: false });
+    const rabbit = await createVhost(services.urls.amqpUrl, services.urls.rabbitMgmtUrl);
+    cleanups.push(() => rabbit.cleanup());
+    const db = await createSchema(services.urls.pgUrl);
+    cleanups.push(() => db.cleanup());
+
+    // The tour's one edit: examples/secrets.yaml with this machine's URLs.
+    const work = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-tour-'));
+    const urls = [rabbit.amqpUrl, rabbit.mgmtUrl, db.url];
+    let i = 0;
+    const secrets = readFileSync(path.join(repoRoot, 'examples/secrets.yaml'), 'utf8').replace(
+      /^(\s+url: ).*$/gm,
+      (_, prefix: string) => `${prefix}${urls[i++]}`,
+    );
+    expect(i).toBe(3);
+    writeFileSync(path.join(work, 'secrets.yaml'), secrets);
+    const plugins = path.join(work, 'bin');
+    mkdirSync(plugins);
+    symlinkSync(
+      path.join(repoRoot, 'bin/kubectl-jobworker.mjs'),
+      path.join(plugins, 'kubectl-jobworker'),
+    );
+    const env = {
+      ...process.env,
+      KUBECONFIG: ground.plane.kubeconfigPath,
+      PATH: `${assetsDir()}:${plugins}:${path.dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`,
+    };
+
+    const commands = tourCommands();
+    expect(commands[0]).toMatch(/^make images /);
+    for (const written of commands) {
+      const command = written.replace('examples/secrets.yaml', path.join(work, 'secrets.yaml'));
+      const r = await sh(command, env);
+      expect(r.code, `${written}\n${r.stdout}\n${r.stderr}`).toBe(0);
+      if (written.startsWith('make images'))
+        expect(r.stdout).toContain('localhost:5000/jobfleet-operator:dev');
+      if (written.startsWith('kubectl wait')) {
+        const jw = JSON.parse(
+          (await sh('kubectl get jw order-shipper -n shipping -o json', env)).stdout,
+        ) as {
+          status: { conditions: Array<{ type: string; status: string }>; ageSource?: string };
+        };
+        const status = (type: string) => jw.status.conditions.find((c) => c.type === type)?.status;
+        expect(status('Available')).toBe('True');
+        expect(status('ScalingActive')).toBe('True');
+        expect(jw.status.ageSource).toBeDefined();
+      }
+      if (written.startsWith('kubectl get jw'))
+        expect(r.stdout).toMatch(/order-shipper\s+\d+\s+\d+\s+\d+s\s+\w+/);
+    }
+    // the operator that reconciled it is the chart's pod, run from its image's entrypoint
+    expect(
+      ground.runner.events.some((e) => e.pod.startsWith('jobfleet-') && e.kind === 'ready'),
+    ).toBe(true);
+  }, 300_000);
+});
