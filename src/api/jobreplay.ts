@@ -16,9 +16,22 @@ export const jobReplaySpec = z
       .describe('The JobWorker (same namespace) whose dead letters are replayed'),
     selector: z
       .object({
-        ids: z.array(z.number().int().min(1)).max(10_000).optional(),
-        keys: z.array(z.string().min(1).max(512)).max(10_000).optional(),
-        reasonContains: z.string().min(1).max(512).optional(),
+        ids: z
+          .array(z.number().int().min(1))
+          .max(10_000)
+          .optional()
+          .describe('Dead-letter entry ids (jobfleet dlq list)'),
+        keys: z
+          .array(z.string().min(1).max(512))
+          .max(10_000)
+          .optional()
+          .describe('Idempotency keys'),
+        reasonContains: z
+          .string()
+          .min(1)
+          .max(512)
+          .optional()
+          .describe('Only entries whose reason contains this text'),
         failureClass: z
           .enum(FAILURE_CLASSES)
           .optional()
@@ -37,7 +50,13 @@ export const jobReplaySpec = z
       }),
     ratePerSecond: z.number().min(0.01).max(1000).default(5).describe('Replays per second'),
     burst: z.number().int().min(1).max(1000).default(10).describe('Replays at once, at most'),
-    maxCount: z.number().int().min(1).max(100_000).default(100),
+    maxCount: z
+      .number()
+      .int()
+      .min(1)
+      .max(100_000)
+      .default(100)
+      .describe('Replay at most this many'),
     failureThreshold: z
       .number()
       .int()
@@ -55,27 +74,41 @@ export const jobReplaySpec = z
     'x-kubernetes-validations': [
       { rule: 'self == oldSelf', message: 'a JobReplay cannot be changed: create another one' },
     ],
-  });
+  })
+  .describe('Which dead letters to replay, how fast, and who asks and why (audited)');
 
 export type JobReplaySpec = z.output<typeof jobReplaySpec>;
 
 export const REPLAY_PHASES = ['Pending', 'Running', 'Succeeded', 'Failed', 'Stopped'] as const;
 export type ReplayPhase = (typeof REPLAY_PHASES)[number];
 
-export const jobReplayStatus = z.object({
-  observedGeneration: z.number().int().optional(),
-  phase: z.enum(REPLAY_PHASES).optional(),
-  selected: z.number().int().optional(),
-  replayed: z.number().int().optional(),
-  skipped: z.number().int().optional().describe('Keys that had completed meanwhile: not run'),
-  completed: z.number().int().optional(),
-  failedAgain: z.number().int().optional(),
-  pending: z.number().int().optional(),
-  notFound: z.number().int().optional(),
-  startedAt: z.string().optional(),
-  finishedAt: z.string().optional(),
-  message: z.string().optional(),
-});
+export const jobReplayStatus = z
+  .object({
+    observedGeneration: z
+      .number()
+      .int()
+      .optional()
+      .describe('The spec generation this status describes'),
+    phase: z
+      .enum(REPLAY_PHASES)
+      .optional()
+      .describe('Pending, Running, Succeeded, Failed or Stopped'),
+    selected: z.number().int().optional().describe('Dead letters the selector matched'),
+    replayed: z.number().int().optional().describe('Republished to the work queue'),
+    skipped: z.number().int().optional().describe('Keys that had completed meanwhile: not run'),
+    completed: z.number().int().optional().describe('Replayed and completed'),
+    failedAgain: z.number().int().optional().describe('Replayed and dead-lettered again'),
+    pending: z.number().int().optional().describe('Replayed, outcome not yet known'),
+    notFound: z
+      .number()
+      .int()
+      .optional()
+      .describe('Selected ids or keys with no quarantined entry'),
+    startedAt: z.string().optional().describe('When the replay started'),
+    finishedAt: z.string().optional().describe('When it finished'),
+    message: z.string().optional().describe('What happened, in words'),
+  })
+  .describe('The replay’s progress, written as it goes');
 export type JobReplayStatus = z.infer<typeof jobReplayStatus>;
 
 export function parseReplaySpec(

@@ -41,10 +41,23 @@ const queueName = z
 
 const podTemplate = z
   .object({
-    labels: z.record(z.string(), z.string()).optional(),
-    annotations: z.record(z.string(), z.string()).optional(),
-    serviceAccountName: z.string().max(253).optional(),
-    nodeSelector: z.record(z.string(), z.string()).optional(),
+    labels: z
+      .record(z.string(), z.string())
+      .optional()
+      .describe('Labels added to each worker pod (the operator’s own labels win)'),
+    annotations: z
+      .record(z.string(), z.string())
+      .optional()
+      .describe('Annotations added to each worker pod'),
+    serviceAccountName: z
+      .string()
+      .max(253)
+      .optional()
+      .describe('ServiceAccount the worker pods run as (no API token is mounted)'),
+    nodeSelector: z
+      .record(z.string(), z.string())
+      .optional()
+      .describe('core/v1 nodeSelector of the worker pods'),
     env: z
       .array(z.record(z.string(), z.unknown()))
       .optional()
@@ -53,7 +66,10 @@ const podTemplate = z
       .record(z.string(), z.unknown())
       .optional()
       .describe('core/v1 ResourceRequirements of the worker container'),
-    tolerations: z.array(z.record(z.string(), z.unknown())).optional(),
+    tolerations: z
+      .array(z.record(z.string(), z.unknown()))
+      .optional()
+      .describe('core/v1 Tolerations of the worker pods'),
     securityContext: z
       .record(z.string(), z.unknown())
       .optional()
@@ -61,204 +77,303 @@ const podTemplate = z
   })
   .describe('Merged into the generated pod');
 
-export const jobWorkerSpec = z.object({
-  paused: z
-    .boolean()
-    .default(false)
-    .describe(
-      'Stops the fleet: consumers drain within shutdown.drainDeadlineSeconds, then 0 replicas are held whatever the backlog; scaling and rollouts hold until it is false again. `kubectl jobworker pause|resume NAME --reason …` sets it and records who and why',
-    ),
-  image: z
-    .string()
-    .min(1)
-    .max(1024)
-    .describe('Worker image, e.g. registry.example.com/billing/invoice-worker:1.4.2'),
-  podTemplate: podTemplate.optional(),
-  broker: z.object({
-    urlSecretRef: secretKeyRef.describe('amqp(s) URL of RabbitMQ'),
-    managementUrlSecretRef: secretKeyRef
-      .optional()
-      .describe('RabbitMQ management API URL: the default source of queue age'),
-    queue: queueName.describe('The work queue'),
-    queueType: z
-      .enum(['classic', 'quorum'])
-      .default('classic')
-      .describe('Type of the queues the worker declares when they do not exist'),
-    prefetch: z
-      .number()
-      .int()
-      .min(1)
-      .max(1000)
-      .default(8)
-      .describe('Deliveries in flight per replica'),
-  }),
-  claims: z.object({
-    urlSecretRef: secretKeyRef.describe('PostgreSQL URL of the idempotency claims database'),
-    leaseSeconds: z.number().int().min(5).max(86_400).default(60),
-  }),
-  contract: z.object({
-    idempotencyKey: z
+export const jobWorkerSpec = z
+  .object({
+    paused: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Stops the fleet: consumers drain within shutdown.drainDeadlineSeconds, then 0 replicas are held whatever the backlog; scaling and rollouts hold until it is false again. `kubectl jobworker pause|resume NAME --reason …` sets it and records who and why',
+      ),
+    image: z
       .string()
-      .min(3)
-      .max(512)
-      .regex(/\{[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\}/)
-      .describe(
-        'The key rule, e.g. "invoice:{invoiceId}:send"; at least one {placeholder}. A change blocks rollout.',
-      ),
-    schemaVersions: z
-      .array(z.number().int().min(1).max(1_000_000))
       .min(1)
-      .max(64)
-      .meta({ 'x-kubernetes-list-type': 'set' })
-      .describe('Envelope schema versions this revision consumes'),
-    producerVersions: z
-      .array(z.number().int().min(1).max(1_000_000))
-      .min(1)
-      .max(64)
-      .optional()
-      .meta({ 'x-kubernetes-list-type': 'set' })
+      .max(1024)
+      .describe('Worker image, e.g. registry.example.com/billing/invoice-worker:1.4.2'),
+    podTemplate: podTemplate.optional(),
+    broker: z
+      .object({
+        urlSecretRef: secretKeyRef.describe('amqp(s) URL of RabbitMQ'),
+        managementUrlSecretRef: secretKeyRef
+          .optional()
+          .describe('RabbitMQ management API URL: the default source of queue age'),
+        queue: queueName.describe('The work queue'),
+        queueType: z
+          .enum(['classic', 'quorum'])
+          .default('classic')
+          .describe('Type of the queues the worker declares when they do not exist'),
+        prefetch: z
+          .number()
+          .int()
+          .min(1)
+          .max(1000)
+          .default(8)
+          .describe('Deliveries in flight per replica'),
+      })
       .describe(
-        'Schema versions producers may still send. A new revision (or a rollback target) must accept all of them and every version seen in the queue. Default: every version the running revision accepts',
+        'The work queue on RabbitMQ: where the workers consume and what the operator reads queue age from',
       ),
-  }),
-  retry: z
-    .object({
-      maxAttempts: z.number().int().min(1).max(100).default(5),
-      maxThrottledRetries: z
-        .number()
-        .int()
-        .min(0)
-        .max(10_000)
-        .default(100)
-        .describe(
-          'A retry because the dependency throttled (429, Throttled; Retry-After honoured) spends no attempt; past this many such retries of one job, it is dead-lettered',
-        ),
-      initialDelaySeconds: z.number().int().min(1).max(86_400).default(1),
-      maxDelaySeconds: z.number().int().min(1).max(86_400).default(600),
-      deadLetterQueue: queueName.optional().describe('Defaults to "<queue>.dlq"'),
-    })
-    .meta(
-      cel([
-        {
-          rule: 'self.maxDelaySeconds >= self.initialDelaySeconds',
-          message: 'maxDelaySeconds must be at least initialDelaySeconds',
-          fieldPath: '.maxDelaySeconds',
-        },
-      ]),
-    )
-    .default({
-      maxAttempts: 5,
-      maxThrottledRetries: 100,
-      initialDelaySeconds: 1,
-      maxDelaySeconds: 600,
-    }),
-  scaling: z
-    .object({
-      minReplicas: z.number().int().min(0).max(10_000).default(1),
-      maxReplicas: z.number().int().min(1).max(10_000).default(10),
-      targetOldestAgeSeconds: z
-        .number()
-        .int()
-        .min(1)
-        .max(86_400)
-        .default(30)
-        .describe('The objective: the oldest waiting message stays younger than this'),
-      downstream: z
-        .object({
-          maxConcurrency: z
-            .number()
-            .int()
-            .min(1)
-            .max(1_000_000)
-            .optional()
-            .describe(
-              'Fleet-wide in-flight budget of the dependency; caps replicas at floor(maxConcurrency / prefetch)',
-            ),
-        })
-        .optional(),
-      scaleDownStabilizationSeconds: z.number().int().min(0).max(86_400).default(300),
-      prometheusUrl: z
-        .string()
-        .regex(/^https?:\/\/[^\s]+$/)
-        .max(2048)
-        .optional()
-        .describe(
-          'Prometheus that scrapes this fleet: throttling and in-flight signals. Defaults to the operator’s JOBFLEET_PROMETHEUS_URL',
-        ),
-    })
-    .meta(
-      cel([
-        {
-          rule: 'self.maxReplicas >= self.minReplicas',
-          message: 'maxReplicas must be at least minReplicas',
-          fieldPath: '.maxReplicas',
-        },
-      ]),
-    )
-    .default({
-      minReplicas: 1,
-      maxReplicas: 10,
-      targetOldestAgeSeconds: 30,
-      scaleDownStabilizationSeconds: 300,
-    }),
-  shutdown: z
-    .object({
-      drainDeadlineSeconds: z
-        .number()
-        .int()
-        .min(0)
-        .max(3600)
-        .default(45)
-        .describe('In-flight handlers get this long after a drain starts'),
-    })
-    .default({ drainDeadlineSeconds: 45 }),
-  rollout: z
-    .object({
-      autoRollback: z
-        .boolean()
-        .default(true)
-        .describe(
-          'Roll back by itself when a new revision makes queue age rise past the objective (or crash-loops) within analysisSeconds',
-        ),
-      analysisSeconds: z.number().int().min(10).max(86_400).default(300),
-      verifySeconds: z
-        .number()
-        .int()
-        .min(5)
-        .max(86_400)
-        .default(120)
-        .describe('After a rollback, queue age must start falling within this window'),
-      historyLimit: z
-        .number()
-        .int()
-        .min(1)
-        .max(100)
-        .default(10)
-        .describe('Revisions kept in status.history'),
-    })
-    .default({ autoRollback: true, analysisSeconds: 300, verifySeconds: 120, historyLimit: 10 }),
-  deadLetter: z.object({
-    owner: z.string().min(1).max(253).describe('Who answers for the quarantine, e.g. team-billing'),
-    maxAgeSeconds: z
-      .number()
-      .int()
-      .min(60)
-      .max(31_536_000)
-      .default(86_400)
-      .describe('Alert when the oldest dead letter is older'),
-  }),
-});
+    claims: z
+      .object({
+        urlSecretRef: secretKeyRef.describe('PostgreSQL URL of the idempotency claims database'),
+        leaseSeconds: z
+          .number()
+          .int()
+          .min(5)
+          .max(86_400)
+          .default(60)
+          .describe(
+            'How long a claim is held without renewal before another worker may take the key over',
+          ),
+      })
+      .describe(
+        'The PostgreSQL database holding idempotency claims, results and the dead-letter quarantine',
+      ),
+    contract: z
+      .object({
+        idempotencyKey: z
+          .string()
+          .min(3)
+          .max(512)
+          .regex(/\{[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\}/)
+          .describe(
+            'The key rule, e.g. "invoice:{invoiceId}:send"; at least one {placeholder}. A change blocks rollout.',
+          ),
+        schemaVersions: z
+          .array(z.number().int().min(1).max(1_000_000))
+          .min(1)
+          .max(64)
+          .meta({ 'x-kubernetes-list-type': 'set' })
+          .describe('Envelope schema versions this revision consumes'),
+        producerVersions: z
+          .array(z.number().int().min(1).max(1_000_000))
+          .min(1)
+          .max(64)
+          .optional()
+          .meta({ 'x-kubernetes-list-type': 'set' })
+          .describe(
+            'Schema versions producers may still send. A new revision (or a rollback target) must accept all of them and every version seen in the queue. Default: every version the running revision accepts',
+          ),
+      })
+      .describe(
+        'What a message means to this code: the idempotency-key rule and the schema versions it accepts. A change that would break either is blocked',
+      ),
+    retry: z
+      .object({
+        maxAttempts: z
+          .number()
+          .int()
+          .min(1)
+          .max(100)
+          .default(5)
+          .describe(
+            'Runs of one job before a transient failure dead-letters it (throttled retries are counted apart)',
+          ),
+        maxThrottledRetries: z
+          .number()
+          .int()
+          .min(0)
+          .max(10_000)
+          .default(100)
+          .describe(
+            'A retry because the dependency throttled (429, Throttled; Retry-After honoured) spends no attempt; past this many such retries of one job, it is dead-lettered',
+          ),
+        initialDelaySeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(86_400)
+          .default(1)
+          .describe(
+            'Backoff of the first retry; doubled each attempt, jittered, capped by maxDelaySeconds',
+          ),
+        maxDelaySeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(86_400)
+          .default(600)
+          .describe(
+            'Longest backoff between retries (a Retry-After longer than this is honoured up to it)',
+          ),
+        deadLetterQueue: queueName.optional().describe('Defaults to "<queue>.dlq"'),
+      })
+      .meta(
+        cel([
+          {
+            rule: 'self.maxDelaySeconds >= self.initialDelaySeconds',
+            message: 'maxDelaySeconds must be at least initialDelaySeconds',
+            fieldPath: '.maxDelaySeconds',
+          },
+        ]),
+      )
+      .default({
+        maxAttempts: 5,
+        maxThrottledRetries: 100,
+        initialDelaySeconds: 1,
+        maxDelaySeconds: 600,
+      })
+      .describe(
+        'Retries of transient failures: bounded, jittered, exponential backoff that honours Retry-After',
+      ),
+    scaling: z
+      .object({
+        minReplicas: z
+          .number()
+          .int()
+          .min(0)
+          .max(10_000)
+          .default(1)
+          .describe('Fewest replicas; 0 lets an empty queue scale the fleet to zero'),
+        maxReplicas: z
+          .number()
+          .int()
+          .min(1)
+          .max(10_000)
+          .default(10)
+          .describe('Most replicas, whatever the age'),
+        targetOldestAgeSeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(86_400)
+          .default(30)
+          .describe('The objective: the oldest waiting message stays younger than this'),
+        downstream: z
+          .object({
+            maxConcurrency: z
+              .number()
+              .int()
+              .min(1)
+              .max(1_000_000)
+              .optional()
+              .describe(
+                'Fleet-wide in-flight budget of the dependency; caps replicas at floor(maxConcurrency / prefetch)',
+              ),
+          })
+          .optional()
+          .describe('The dependency the workers call'),
+        scaleDownStabilizationSeconds: z
+          .number()
+          .int()
+          .min(0)
+          .max(86_400)
+          .default(300)
+          .describe(
+            'How long the highest recommendation of the window holds before replicas go down',
+          ),
+        prometheusUrl: z
+          .string()
+          .regex(/^https?:\/\/[^\s]+$/)
+          .max(2048)
+          .optional()
+          .describe(
+            'Prometheus that scrapes this fleet: throttling and in-flight signals. Defaults to the operator’s JOBFLEET_PROMETHEUS_URL',
+          ),
+      })
+      .meta(
+        cel([
+          {
+            rule: 'self.maxReplicas >= self.minReplicas',
+            message: 'maxReplicas must be at least minReplicas',
+            fieldPath: '.maxReplicas',
+          },
+        ]),
+      )
+      .default({
+        minReplicas: 1,
+        maxReplicas: 10,
+        targetOldestAgeSeconds: 30,
+        scaleDownStabilizationSeconds: 300,
+      })
+      .describe(
+        'Replicas from the age of the oldest waiting message, capped by the downstream budget',
+      ),
+    shutdown: z
+      .object({
+        drainDeadlineSeconds: z
+          .number()
+          .int()
+          .min(0)
+          .max(3600)
+          .default(45)
+          .describe('In-flight handlers get this long after a drain starts'),
+      })
+      .default({ drainDeadlineSeconds: 45 })
+      .describe('How workers stop: a drain, then what is in flight goes back to the queue'),
+    rollout: z
+      .object({
+        autoRollback: z
+          .boolean()
+          .default(true)
+          .describe(
+            'Roll back by itself when a new revision makes queue age rise past the objective (or crash-loops) within analysisSeconds',
+          ),
+        analysisSeconds: z
+          .number()
+          .int()
+          .min(10)
+          .max(86_400)
+          .default(300)
+          .describe('How long a new revision is watched for rising age or crash loops'),
+        verifySeconds: z
+          .number()
+          .int()
+          .min(5)
+          .max(86_400)
+          .default(120)
+          .describe('After a rollback, queue age must start falling within this window'),
+        historyLimit: z
+          .number()
+          .int()
+          .min(1)
+          .max(100)
+          .default(10)
+          .describe('Revisions kept in status.history'),
+      })
+      .default({ autoRollback: true, analysisSeconds: 300, verifySeconds: 120, historyLimit: 10 })
+      .describe(
+        'Rollouts and rollbacks: the drain-first order and automatic rollback on rising age',
+      ),
+    deadLetter: z
+      .object({
+        owner: z
+          .string()
+          .min(1)
+          .max(253)
+          .describe('Who answers for the quarantine, e.g. team-billing'),
+        maxAgeSeconds: z
+          .number()
+          .int()
+          .min(60)
+          .max(31_536_000)
+          .default(86_400)
+          .describe('Alert when the oldest dead letter is older'),
+      })
+      .describe('Who owns the dead-letter quarantine, and when to alert on it'),
+  })
+  .describe(
+    'A fleet of queue workers: what they run, what they consume, and how they scale and roll',
+  );
 
 export type JobWorkerSpec = z.output<typeof jobWorkerSpec>;
 export type JobWorkerSpecInput = z.input<typeof jobWorkerSpec>;
 
 export const conditionSchema = z.object({
-  type: z.string(),
-  status: z.enum(['True', 'False', 'Unknown']),
-  observedGeneration: z.number().int().optional(),
-  lastTransitionTime: z.string(),
-  reason: z.string(),
-  message: z.string(),
+  type: z
+    .string()
+    .describe(
+      'The condition type: Available, Progressing, Degraded, Paused, WorkersReady, RolloutBlocked, Draining, ScalingActive, AgeObjectiveMet, DeadLettersOverdue',
+    ),
+  status: z.enum(['True', 'False', 'Unknown']).describe('True, False or Unknown'),
+  observedGeneration: z
+    .number()
+    .int()
+    .optional()
+    .describe('The generation the condition was set for'),
+  lastTransitionTime: z.string().describe('When status last changed'),
+  reason: z.string().describe('One CamelCase word: why'),
+  message: z.string().describe('What is going on and, when something is wrong, what to do'),
 });
 export type Condition = z.infer<typeof conditionSchema>;
 
@@ -273,107 +388,190 @@ export const PHASES = [
 ] as const;
 export type Phase = (typeof PHASES)[number];
 
-export const jobWorkerStatus = z.object({
-  observedGeneration: z.number().int().optional(),
-  phase: z.enum(PHASES).optional(),
-  replicas: z.number().int().optional(),
-  readyReplicas: z.number().int().optional(),
-  desiredReplicas: z.number().int().optional(),
-  oldestMessageAgeSeconds: z.number().int().optional(),
-  oldestMessageAge: z
-    .string()
-    .optional()
-    .describe('oldestMessageAgeSeconds as a duration with its unit, e.g. 37s, 4m10s'),
-  ageSource: z.enum(['HeadTimestamp', 'Estimated']).optional(),
-  queueDepth: z.number().int().optional(),
-  scaling: z
-    .object({
-      limitedBy: z
-        .enum(['age', 'downstream', 'maxReplicas', 'minReplicas', 'stabilization', 'signalMissing'])
-        .optional(),
-      message: z.string().optional(),
-    })
-    .optional(),
-  deadLetters: z
-    .object({
-      quarantined: z.number().int(),
-      oldestDeadLetteredAt: z.string().optional(),
-      owner: z.string().optional(),
-    })
-    .optional()
-    .describe('The quarantine, read from the claims database'),
-  currentRevision: z.string().optional(),
-  updateRevision: z.string().optional(),
-  history: z
-    .array(
-      z.object({
-        revision: z.string(),
-        image: z.string(),
-        contractHash: z.string(),
-        templateHash: z
+export const jobWorkerStatus = z
+  .object({
+    observedGeneration: z
+      .number()
+      .int()
+      .optional()
+      .describe('The spec generation this status describes'),
+    phase: z
+      .enum(PHASES)
+      .optional()
+      .describe(
+        'One word for kubectl get, most urgent first: Blocked, Degraded, Paused, Draining, RollingBack, Progressing, Healthy',
+      ),
+    replicas: z.number().int().optional().describe('Replicas the worker Deployment has'),
+    readyReplicas: z.number().int().optional().describe('Worker replicas ready (consuming)'),
+    desiredReplicas: z
+      .number()
+      .int()
+      .optional()
+      .describe('Replicas the scaler wants (kept while paused or draining, restored after)'),
+    oldestMessageAgeSeconds: z
+      .number()
+      .int()
+      .optional()
+      .describe('Age in seconds of the oldest waiting message, two significant figures'),
+    oldestMessageAge: z
+      .string()
+      .optional()
+      .describe('oldestMessageAgeSeconds as a duration with its unit, e.g. 37s, 4m10s'),
+    ageSource: z
+      .enum(['HeadTimestamp', 'Estimated'])
+      .optional()
+      .describe(
+        'Where the age comes from: the head message’s timestamp, or estimated from depth and rates',
+      ),
+    queueDepth: z
+      .number()
+      .int()
+      .optional()
+      .describe('Messages waiting in the work queue, two significant figures'),
+    scaling: z
+      .object({
+        limitedBy: z
+          .enum([
+            'age',
+            'downstream',
+            'maxReplicas',
+            'minReplicas',
+            'stabilization',
+            'signalMissing',
+          ])
+          .optional()
+          .describe(
+            'What set the count: age, the downstream cap, a bound, the stabilization window, or no signal',
+          ),
+        message: z.string().optional().describe('The scaler’s reasoning in words'),
+      })
+      .optional()
+      .describe('What set the replica count last'),
+    deadLetters: z
+      .object({
+        quarantined: z
+          .number()
+          .int()
+          .describe('Entries in quarantine (neither replayed nor discarded)'),
+        oldestDeadLetteredAt: z
           .string()
           .optional()
-          .describe('Identity of the pod template: the same template is the same revision'),
-        keyRule: z.string().optional(),
-        schemaVersions: z.array(z.number().int()).optional(),
-        spec: z
-          .record(z.string(), z.unknown())
+          .describe('When the oldest quarantined entry was dead-lettered'),
+        owner: z
+          .string()
           .optional()
-          .describe('The spec of this revision: what a rollback to it restores'),
-        deployedAt: z.string(),
-      }),
-    )
-    .optional(),
-  rollout: z
-    .object({
-      phase: z.enum(['Draining', 'Restoring', 'Verifying']),
-      trigger: z.enum(['SpecReverted', 'AutoRollback']),
-      from: z.string(),
-      to: z.string(),
-      reason: z.string().optional(),
-      startedAt: z.string(),
-      stepStartedAt: z.string(),
-      drainDeadline: z.string(),
-      drainEndedAt: z.string().optional(),
-      drainEndedBy: z.enum(['PodsGone', 'Deadline']).optional(),
-      ageAtRestore: z.number().int().optional().describe('Whole seconds, as status integers are'),
-      verifyUntil: z.string().optional(),
-    })
-    .optional()
-    .describe('A rollback in progress, step by step: an operator restart resumes it here'),
-  lastRollback: z
-    .object({
-      from: z.string(),
-      to: z.string(),
-      trigger: z.enum(['SpecReverted', 'AutoRollback']),
-      result: z.enum(['Complete', 'NotRecovering']),
-      drainEndedBy: z
-        .enum(['PodsGone', 'Deadline'])
-        .optional()
-        .describe('How the drain ended: every pod of the old revision gone, or the deadline'),
-      message: z.string(),
-      finishedAt: z.string(),
-    })
-    .optional(),
-  analysis: z
-    .object({
-      revision: z.string(),
-      stable: z.string(),
-      startedAt: z.string(),
-      ageAtStart: z.number().optional(),
-      overObjectiveSince: z.string().optional(),
-    })
-    .optional()
-    .describe('The new revision under watch for automatic rollback'),
-  abortedRevision: z
-    .string()
-    .optional()
-    .describe('A revision rolled back automatically; it stays off until the spec changes'),
-  conditions: z
-    .array(conditionSchema)
-    .optional()
-    .meta({ 'x-kubernetes-list-type': 'map', 'x-kubernetes-list-map-keys': ['type'] }),
-});
+          .describe('spec.deadLetter.owner, repeated where on-call looks'),
+      })
+      .optional()
+      .describe('The quarantine, read from the claims database'),
+    currentRevision: z.string().optional().describe('The revision running on every replica, ready'),
+    updateRevision: z.string().optional().describe('The revision being moved to'),
+    history: z
+      .array(
+        z.object({
+          revision: z
+            .string()
+            .describe('The revision number: a new pod template is a new revision'),
+          image: z.string().describe('The worker image of the revision'),
+          contractHash: z
+            .string()
+            .describe('Identity of the contract (key rule and schema versions)'),
+          templateHash: z
+            .string()
+            .optional()
+            .describe('Identity of the pod template: the same template is the same revision'),
+          keyRule: z
+            .string()
+            .optional()
+            .describe('The idempotency-key rule of the revision: what the gate compares'),
+          schemaVersions: z
+            .array(z.number().int())
+            .optional()
+            .describe('The schema versions the revision accepts: what the gate compares'),
+          spec: z
+            .record(z.string(), z.unknown())
+            .optional()
+            .describe('The spec of this revision: what a rollback to it restores'),
+          deployedAt: z.string().describe('When the revision was first deployed'),
+        }),
+      )
+      .optional()
+      .describe('Revisions deployed, newest last, up to spec.rollout.historyLimit'),
+    rollout: z
+      .object({
+        phase: z
+          .enum(['Draining', 'Restoring', 'Verifying'])
+          .describe(
+            'The step: Draining the revision left, Restoring the previous one, Verifying that age falls',
+          ),
+        trigger: z
+          .enum(['SpecReverted', 'AutoRollback'])
+          .describe('SpecReverted (a person put an earlier spec back) or AutoRollback'),
+        from: z.string().describe('The revision rolled back'),
+        to: z.string().describe('The revision restored'),
+        reason: z.string().optional().describe('Why an automatic rollback started'),
+        startedAt: z.string().describe('When the rollback started'),
+        stepStartedAt: z.string().describe('When the current step started'),
+        drainDeadline: z.string().describe('When the drain ends whatever is still running'),
+        drainEndedAt: z.string().optional().describe('When the drain ended'),
+        drainEndedBy: z
+          .enum(['PodsGone', 'Deadline'])
+          .optional()
+          .describe('PodsGone (every pod of the revision left exited) or Deadline'),
+        ageAtRestore: z.number().int().optional().describe('Whole seconds, as status integers are'),
+        verifyUntil: z
+          .string()
+          .optional()
+          .describe('When verification gives up waiting for age to fall'),
+      })
+      .optional()
+      .describe('A rollback in progress, step by step: an operator restart resumes it here'),
+    lastRollback: z
+      .object({
+        from: z.string().describe('The revision rolled back'),
+        to: z.string().describe('The revision restored'),
+        trigger: z.enum(['SpecReverted', 'AutoRollback']).describe('SpecReverted or AutoRollback'),
+        result: z
+          .enum(['Complete', 'NotRecovering'])
+          .describe('Complete (age fell), or NotRecovering (it did not within verifySeconds)'),
+        drainEndedBy: z
+          .enum(['PodsGone', 'Deadline'])
+          .optional()
+          .describe('How the drain ended: every pod of the old revision gone, or the deadline'),
+        message: z.string().describe('What happened, in words'),
+        finishedAt: z.string().describe('When the rollback finished'),
+      })
+      .optional()
+      .describe('The last rollback: from, to, why, and whether age fell after it'),
+    analysis: z
+      .object({
+        revision: z.string().describe('The revision watched'),
+        stable: z.string().describe('The revision it rolls back to'),
+        startedAt: z
+          .string()
+          .describe('When the window started (restarted on resume from a pause)'),
+        ageAtStart: z
+          .number()
+          .optional()
+          .describe('Age at the start: rising means rising above this and the objective'),
+        overObjectiveSince: z
+          .string()
+          .optional()
+          .describe('Since when age has been over the objective'),
+      })
+      .optional()
+      .describe('The new revision under watch for automatic rollback'),
+    abortedRevision: z
+      .string()
+      .optional()
+      .describe('A revision rolled back automatically; it stays off until the spec changes'),
+    conditions: z
+      .array(conditionSchema)
+      .optional()
+      .describe('The state of the JobWorker, one condition per type')
+      .meta({ 'x-kubernetes-list-type': 'map', 'x-kubernetes-list-map-keys': ['type'] }),
+  })
+  .describe('What the operator observed and did, written at most once per reconcile');
 export type JobWorkerStatus = z.infer<typeof jobWorkerStatus>;
 
 export interface JobWorker {

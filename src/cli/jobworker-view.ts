@@ -4,10 +4,11 @@ import type { Condition, JobWorkerStatus } from '../api/jobworker.js';
 
 export interface JobWorkerView {
   metadata: { name: string; namespace?: string; generation?: number };
+  spec?: { rollout?: { analysisSeconds?: number } };
   status?: JobWorkerStatus;
 }
 
-/** 0 healthy, 1 blocked, degraded or paused, 3 still progressing (2 is for usage errors). */
+/** 0 healthy, 1 blocked, degraded or paused, 3 still progressing or analysing (2 is for usage errors). */
 export type Verdict = 0 | 1 | 3;
 
 const cond = (jw: JobWorkerView, type: string): Condition | undefined =>
@@ -16,13 +17,14 @@ const cond = (jw: JobWorkerView, type: string): Condition | undefined =>
 export function verdict(jw: JobWorkerView): Verdict {
   const st = jw.status;
   if (!st || (st.observedGeneration ?? 0) < (jw.metadata.generation ?? 0)) return 3;
-  if (st.phase === 'Healthy') return 0;
+  // Healthy while a new revision is still watched for automatic rollback is not done yet.
+  if (st.phase === 'Healthy') return st.analysis ? 3 : 0;
   // Paused waits for a person as Blocked and Degraded do: it never turns Healthy by itself.
   if (st.phase === 'Blocked' || st.phase === 'Degraded' || st.phase === 'Paused') return 1;
   return 3;
 }
 
-export function statusLines(jw: JobWorkerView): string[] {
+export function statusLines(jw: JobWorkerView, now = new Date()): string[] {
   const st = jw.status ?? {};
   const lines = [
     `Name:        ${jw.metadata.namespace ? `${jw.metadata.namespace}/` : ''}${jw.metadata.name}`,
@@ -35,6 +37,17 @@ export function statusLines(jw: JobWorkerView): string[] {
     lines.push(
       `Rollback:    ${st.rollout.from} → ${st.rollout.to}, step ${st.rollout.phase} (${st.rollout.trigger}${st.rollout.reason ? `: ${st.rollout.reason}` : ''}); drain deadline ${st.rollout.drainDeadline}`,
     );
+  if (st.analysis) {
+    const a = st.analysis;
+    const window = jw.spec?.rollout?.analysisSeconds ?? 300;
+    const left = Math.max(
+      0,
+      Math.round((Date.parse(a.startedAt) + window * 1000 - now.getTime()) / 1000),
+    );
+    lines.push(
+      `Analysis:    revision ${a.revision} watched against ${a.stable} for rising age or crash loops, ${left} s of ${window} s left${a.overObjectiveSince ? `; over the objective since ${a.overObjectiveSince}` : ''}`,
+    );
+  }
   if (st.deadLetters)
     lines.push(
       `Dead letters: ${st.deadLetters.quarantined} quarantined${st.deadLetters.oldestDeadLetteredAt ? `, oldest from ${st.deadLetters.oldestDeadLetteredAt}` : ''} (owner ${st.deadLetters.owner ?? '-'})`,

@@ -15,7 +15,8 @@ import { historyLines, statusLines, verdict, whyLines } from './jobworker-view.j
 const USAGE = `usage: kubectl jobworker <command> NAME [-n NAMESPACE] [options]
 
 commands:
-  status NAME [--watch] [--timeout 10m]   phase, revisions, replicas, queue age, what is going on;
+  status NAME [--watch] [--timeout 10m]   phase, revisions, replicas, queue age, the analysis and its
+                                          time left; --watch waits for the analysis too;
                                           exits 0 healthy, 1 blocked, degraded or paused,
                                           3 still progressing
   history NAME                            revisions: image, key rule, schema versions
@@ -148,7 +149,7 @@ function durationMs(v: string | undefined): number {
   return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's']!;
 }
 
-/** The live view: redrawn on a TTY, printed on change otherwise; ends healthy (0), blocked or degraded (1), or at the timeout (3). */
+/** The live view: redrawn on a TTY, printed on change otherwise; ends healthy with no analysis left (0), blocked, degraded or paused (1), or at the timeout (3). */
 async function watch(read: () => Promise<JobWorkerObject>, timeoutMs: number): Promise<number> {
   const until = Date.now() + timeoutMs;
   const tty = process.stdout.isTTY === true;
@@ -156,16 +157,20 @@ async function watch(read: () => Promise<JobWorkerObject>, timeoutMs: number): P
   for (;;) {
     const jw = await read();
     const text = statusLines(jw).join('\n');
-    if (text !== last) {
+    // Off a TTY a countdown alone is not a change worth another block.
+    const seen = tty ? text : text.replace(/\d+ s of (\d+ s) left/, '… of $1 left');
+    if (seen !== last) {
       if (tty) process.stdout.write('\x1b[2J\x1b[H');
       else if (last) console.log('---');
       console.log(text);
-      last = text;
+      last = seen;
     }
     const v = verdict(jw);
     if (v !== 3) return v;
     if (Date.now() > until) {
-      console.log(`still progressing after ${Math.round(timeoutMs / 1000)} s`);
+      console.log(
+        `still ${jw.status?.analysis ? 'analysing' : 'progressing'} after ${Math.round(timeoutMs / 1000)} s`,
+      );
       return 3;
     }
     await new Promise((r) => setTimeout(r, 1000));

@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { allCrds } from '../../src/api/crd.js';
+import { allCrds, jobReplayCrd, jobWorkerCrd } from '../../src/api/crd.js';
 import { z } from 'zod';
 import { parseReplaySpec } from '../../src/api/jobreplay.js';
 import { jobWorkerSpec, parseSpec } from '../../src/api/jobworker.js';
@@ -45,6 +45,36 @@ describe('the JobWorker CRD', () => {
           expect.stringMatching(/^spec\.broker\.queue: /),
         ]),
       );
+  });
+});
+
+describe('kubectl explain', () => {
+  /** Fields without a description, by path (array items are shown through their array). */
+  function undescribed(schema: Record<string, unknown>, path: string, out: string[] = []) {
+    if (path && !schema.description) out.push(path);
+    for (const [k, v] of Object.entries((schema.properties ?? {}) as Record<string, object>))
+      undescribed(v as Record<string, unknown>, `${path}.${k}`, out);
+    const items = schema.items as Record<string, unknown> | undefined;
+    for (const [k, v] of Object.entries((items?.properties ?? {}) as Record<string, object>))
+      undescribed(v as Record<string, unknown>, `${path}[].${k}`, out);
+    return out;
+  }
+
+  it.each([
+    ['JobWorker', jobWorkerCrd],
+    ['JobReplay', jobReplayCrd],
+  ])('every %s field has a description', (_, crd) => {
+    const schema = (
+      crd() as {
+        spec: {
+          versions: Array<{ schema: { openAPIV3Schema: { properties: Record<string, object> } } }>;
+        };
+      }
+    ).spec.versions[0]!.schema.openAPIV3Schema.properties;
+    expect([
+      ...undescribed(schema.spec as Record<string, unknown>, 'spec'),
+      ...undescribed(schema.status as Record<string, unknown>, 'status'),
+    ]).toEqual([]);
   });
 });
 

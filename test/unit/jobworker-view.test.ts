@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { verdict, whyLines } from '../../src/cli/jobworker-view.js';
+import { statusLines, verdict, whyLines } from '../../src/cli/jobworker-view.js';
 
 const jw = (status: Record<string, unknown>, generation = 1) => ({
   metadata: { name: 'invoice-sender', namespace: 'billing', generation },
@@ -13,6 +13,21 @@ describe('kubectl jobworker status: exit codes', () => {
     expect(verdict(jw({ phase: 'Degraded' }))).toBe(1);
     expect(verdict(jw({ phase: 'RollingBack' }))).toBe(3);
     expect(verdict(jw({ phase: 'Healthy' }, 2))).toBe(3); // the operator has not seen generation 2
+    expect(verdict(jw({ phase: 'Paused' }))).toBe(1); // waits for a person, as Blocked does
+  });
+
+  it('Healthy under analysis is still progressing: status --watch waits for the analysis, showing the time left', () => {
+    const analysing = {
+      ...jw({
+        phase: 'Healthy',
+        analysis: { revision: '3', stable: '2', startedAt: '2026-11-30T12:00:00Z' },
+      }),
+      spec: { rollout: { analysisSeconds: 300 } },
+    };
+    expect(verdict(analysing)).toBe(3);
+    expect(statusLines(analysing, new Date('2026-11-30T12:01:40Z'))).toContain(
+      'Analysis:    revision 3 watched against 2 for rising age or crash loops, 200 s of 300 s left',
+    );
   });
 });
 
