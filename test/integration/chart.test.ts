@@ -260,6 +260,7 @@ describe('the Helm chart, installed', () => {
     await urlSecrets(admin, ns.namespace, {
       rabbitmq: 'amqp://user:pw@127.0.0.1:1/',
       'claims-db': 'postgres://user:pw@127.0.0.1:1/claims',
+      'rabbitmq-management': 'http://user:pw@127.0.0.1:1/',
     });
     op = await testOperator(client, ns.namespace, { identity: 'chart-op', pollMs: 1000 });
     const example = parse(
@@ -269,13 +270,13 @@ describe('the Helm chart, installed', () => {
       admin.apply(
         {
           ...example,
-          metadata: { name: 'invoice-sender', namespace: ns.namespace },
+          metadata: { name: 'order-shipper', namespace: ns.namespace },
           spec: { ...example.spec, image },
         },
         'test-user',
       );
     const jw = () =>
-      admin.get<Doc>('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'invoice-sender');
+      admin.get<Doc>('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'order-shipper');
     await applyJw(example.spec.image);
     await eventually('revision 1 rolled out', async () =>
       (await jw()).status?.currentRevision === '1' ? true : undefined,
@@ -291,7 +292,7 @@ describe('the Helm chart, installed', () => {
         kind: 'JobReplay',
         metadata: { name: 'replay', namespace: ns.namespace },
         spec: {
-          jobWorker: 'invoice-sender',
+          jobWorker: 'order-shipper',
           selector: { failureClass: 'permanent' },
           initiator: 'ops',
           reason: 'rbac test',

@@ -54,7 +54,7 @@ describe('JobWorker CRD', () => {
       targetOldestAgeSeconds: 30,
     });
     expect(jw.spec.shutdown).toEqual({ drainDeadlineSeconds: 45 });
-    expect(jw.spec.deadLetter).toEqual({ owner: 'team-billing', maxAgeSeconds: 86400 });
+    expect(jw.spec.deadLetter).toEqual({ owner: 'team-shipping', maxAgeSeconds: 86400 });
   });
 
   it.each([

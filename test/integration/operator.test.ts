@@ -40,6 +40,7 @@ async function secrets(): Promise<void> {
   for (const [name, key, value] of [
     ['rabbitmq', 'url', 'amqp://user:pw@rabbitmq:5672'],
     ['claims-db', 'url', 'postgres://user:pw@db/claims'],
+    ['rabbitmq-management', 'url', 'http://user:pw@rabbitmq:15672'],
   ] as const) {
     await client.apply(
       {
@@ -53,7 +54,7 @@ async function secrets(): Promise<void> {
   }
 }
 
-const applyJobWorker = (spec: Record<string, unknown>, name = 'invoice-sender') =>
+const applyJobWorker = (spec: Record<string, unknown>, name = 'order-shipper') =>
   client.apply(
     {
       apiVersion: 'jobfleet.dev/v1alpha1',
@@ -64,14 +65,14 @@ const applyJobWorker = (spec: Record<string, unknown>, name = 'invoice-sender') 
     'test-user',
   );
 
-const getJw = (name = 'invoice-sender') =>
+const getJw = (name = 'order-shipper') =>
   client.get<KubeObject & { status?: any }>(
     'jobfleet.dev/v1alpha1',
     'JobWorker',
     ns.namespace,
     name,
   );
-const getDeployment = (name = 'invoice-sender') =>
+const getDeployment = (name = 'order-shipper') =>
   client.find<KubeObject & { spec: any; status?: any }>(
     'apps/v1',
     'Deployment',
@@ -109,7 +110,7 @@ describe('JobWorker → worker Deployment', () => {
       {
         apiVersion: 'jobfleet.dev/v1alpha1',
         kind: 'JobWorker',
-        name: 'invoice-sender',
+        name: 'order-shipper',
         uid: jw.metadata.uid,
         controller: true,
         blockOwnerDeletion: true,
@@ -124,18 +125,18 @@ describe('JobWorker → worker Deployment', () => {
       ]),
     );
     expect(env).toMatchObject({
-      JOBFLEET_QUEUE: 'invoices.send',
+      JOBFLEET_QUEUE: 'orders.ship',
       JOBFLEET_BROKER_URL: { secretKeyRef: { name: 'rabbitmq', key: 'url' } },
       JOBFLEET_CLAIMS_URL: { secretKeyRef: { name: 'claims-db', key: 'url' } },
       JOBFLEET_PREFETCH: '8',
       JOBFLEET_MAX_ATTEMPTS: '5',
       JOBFLEET_INITIAL_DELAY_SECONDS: '1',
       JOBFLEET_MAX_DELAY_SECONDS: '600',
-      JOBFLEET_DEAD_LETTER_QUEUE: 'invoices.send.dlq',
+      JOBFLEET_DEAD_LETTER_QUEUE: 'orders.ship.dlq',
       JOBFLEET_LEASE_SECONDS: '60',
       JOBFLEET_DRAIN_DEADLINE_SECONDS: '45',
-      JOBFLEET_KEY_RULE: 'invoice:{invoiceId}:send',
-      JOBFLEET_SCHEMA_VERSIONS: '2,3',
+      JOBFLEET_KEY_RULE: 'order:{orderId}:ship',
+      JOBFLEET_SCHEMA_VERSIONS: '1,2',
       JOBFLEET_REVISION: '1',
       JOBFLEET_METRICS_PORT: '9464',
     });
@@ -151,7 +152,7 @@ describe('JobWorker → worker Deployment', () => {
       seccompProfile: { type: 'RuntimeDefault' },
     });
     expect(d.spec.template.metadata.labels).toMatchObject({
-      'jobfleet.dev/jobworker': 'invoice-sender',
+      'jobfleet.dev/jobworker': 'order-shipper',
       'jobfleet.dev/revision': '1',
       'app.kubernetes.io/managed-by': 'jobfleet',
     });
@@ -159,14 +160,14 @@ describe('JobWorker → worker Deployment', () => {
       'v1',
       'Service',
       ns.namespace,
-      'invoice-sender-metrics',
+      'order-shipper-metrics',
     );
     expect(svc.spec.ports[0]).toMatchObject({ name: 'metrics', port: 9464 });
     const pdb = await client.get<KubeObject & { spec: any }>(
       'policy/v1',
       'PodDisruptionBudget',
       ns.namespace,
-      'invoice-sender',
+      'order-shipper',
     );
     expect(pdb.spec.maxUnavailable).toBe(1);
 
@@ -174,7 +175,7 @@ describe('JobWorker → worker Deployment', () => {
     const { stdout } = await kubectl(
       'wait',
       '--for=condition=Available',
-      'jw/invoice-sender',
+      'jw/order-shipper',
       '--timeout=60s',
     );
     expect(stdout).toContain('condition met');
@@ -190,9 +191,9 @@ describe('JobWorker → worker Deployment', () => {
       updateRevision: '1',
     });
     const table = (await kubectl('get', 'jobfleet')).stdout;
-    expect(table).toMatch(/NAME\s+DESIRED\s+READY\s+OLDEST AGE\s+REVISION\s+PHASE\s+AGE/);
-    // Oldest Age stays empty until the autoscaler reads the queue.
-    expect(table).toMatch(/invoice-sender\s+1\s+1\s+1\s+Healthy/);
+    expect(table).toMatch(/NAME\s+DESIRED\s+READY\s+OLDEST\s+LIMITED BY\s+REVISION\s+PHASE\s+AGE/);
+    // No age without a readable queue (this management URL answers nothing): what scaling lacks says so.
+    expect(table).toMatch(/order-shipper\s+1\s+1\s+signalMissing\s+1\s+Healthy/);
   });
 
   it('follows spec edits with a new revision, and its children are garbage-collected when it is deleted', async () => {
@@ -219,7 +220,7 @@ describe('JobWorker → worker Deployment', () => {
     expect(
       jw.status.history.map((h: { revision: string; image: string }) => [h.revision, h.image]),
     ).toEqual([
-      ['1', 'registry.example.com/billing/invoice-worker:1.4.2'],
+      ['1', 'localhost:5000/jobfleet-example-worker:dev'],
       ['2', 'registry.example.com/billing/invoice-worker:1.5.0'],
     ]);
     const events = await client.list<KubeObject & { reason: string; message: string }>(
@@ -231,12 +232,12 @@ describe('JobWorker → worker Deployment', () => {
       expect.arrayContaining(['DeploymentCreated', 'RevisionChanged']),
     );
 
-    await client.delete('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'invoice-sender');
+    await client.delete('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'order-shipper');
     await eventually('the Deployment to be garbage-collected', async () =>
       (await getDeployment()) ? undefined : true,
     );
     await eventually('the Service to be garbage-collected', async () =>
-      (await client.find('v1', 'Service', ns.namespace, 'invoice-sender-metrics'))
+      (await client.find('v1', 'Service', ns.namespace, 'order-shipper-metrics'))
         ? undefined
         : true,
     );
@@ -275,7 +276,7 @@ describe('JobWorker → worker Deployment', () => {
         'v1',
         'Pod',
         ns.namespace,
-        { labelSelector: 'jobfleet.dev/jobworker=invoice-sender' },
+        { labelSelector: 'jobfleet.dev/jobworker=order-shipper' },
       );
       return list.items.some((p) => p.status?.phase === 'Running') ? list.items : undefined;
     });
