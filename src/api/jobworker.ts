@@ -491,7 +491,9 @@ export const jobWorkerStatus = z
           spec: z
             .record(z.string(), z.unknown())
             .optional()
-            .describe('The spec of this revision: what a rollback to it restores'),
+            .describe(
+              'Only in entries written by earlier versions: each revision’s spec is now kept once, in the ControllerRevision <name>-<revision>',
+            ),
           deployedAt: z.string().describe('When the revision was first deployed'),
         }),
       )

@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util';
 import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
 import { KubeClient, type KubeObject } from '../kube/client.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
+import { revisionRecordName } from '../reconcile/desired.js';
 import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../reconcile/pause.js';
 import { runDlq } from './dlq.js';
 import { historyLines, statusLines, verdict, whyLines } from './jobworker-view.js';
@@ -199,8 +200,21 @@ async function undo(client: KubeClient, jw: JobWorkerObject, to?: string): Promi
     );
     return 2;
   }
-  if (!target.spec) {
-    console.error(`revision ${target.revision} was recorded without its spec: apply it by hand`);
+  // Each revision's spec is kept once, in its ControllerRevision (older entries carry it inline).
+  const spec =
+    target.spec ??
+    (
+      await client.find<KubeObject & { data?: Record<string, unknown> }>(
+        'apps/v1',
+        'ControllerRevision',
+        jw.metadata.namespace,
+        revisionRecordName(jw.metadata.name, target.revision),
+      )
+    )?.data;
+  if (!spec) {
+    console.error(
+      `revision ${target.revision}'s spec is not recorded (no ControllerRevision ${revisionRecordName(jw.metadata.name, target.revision)}): apply it by hand`,
+    );
     return 2;
   }
   const who = process.env.USER ?? os.userInfo().username;
@@ -213,7 +227,7 @@ async function undo(client: KubeClient, jw: JobWorkerObject, to?: string): Promi
         'jobfleet.dev/undo': `to revision ${target.revision} by ${who} at ${new Date().toISOString()}`,
       },
     },
-    spec: target.spec,
+    spec,
   });
   console.log(
     `${jw.metadata.name}: rolling back to revision ${target.revision} (${target.image}). The operator drains revision ${st.currentRevision ?? '?'} first; follow it with: kubectl jobworker status ${jw.metadata.name} --watch`,

@@ -1,11 +1,11 @@
 // The reads a plan asks for (src/reconcile/plan.ts, `need`): a revision's
-// pods, the schema versions seen in the queue, the queued total, what the
-// unready workers say.
+// pods or recorded spec, the schema versions seen in the queue, the queued
+// total, what the unready workers say.
 // Every decision is the planner's; this module only reads.
 import type { Logger } from 'pino';
 import type { JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
-import { LABEL_JOBWORKER, LABEL_REVISION } from '../reconcile/desired.js';
+import { LABEL_JOBWORKER, LABEL_REVISION, revisionRecordName } from '../reconcile/desired.js';
 import type { Observation } from '../reconcile/observation.js';
 import type { PlanAnswers, PlanNeed } from '../reconcile/plan.js';
 import type { PodFacts } from '../reconcile/rollout-plan.js';
@@ -44,6 +44,16 @@ export async function answerNeed(
     case 'queued':
       answers.queued = spec && (await queued(obs.secrets, spec.broker.queue));
       return;
+    case 'revisionSpec': {
+      const record = await reads.client.find<KubeObject & { data?: Record<string, unknown> }>(
+        'apps/v1',
+        'ControllerRevision',
+        namespace,
+        revisionRecordName(name, need.revision),
+      );
+      answers.revisionSpecs = { ...answers.revisionSpecs, [need.revision]: record?.data };
+      return;
+    }
     case 'workers':
       answers.workers = await readWorkerReports(reads.client, namespace, name).catch(
         () => undefined,

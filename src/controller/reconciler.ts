@@ -66,6 +66,8 @@ const LIMITS: readonly LimitedBy[] = [
 export class JobWorkerReconciler {
   /** object key → resourceVersion we last applied or verified, per desired hash */
   private readonly verified = new Map<string, { hash: string; rv: string; at: number }>();
+  /** per JobWorker (namespace/name): the names of its ControllerRevisions known to exist */
+  private readonly recorded = new Map<string, Set<string>>();
   /** per JobWorker: the scaler's window and AIMD cap, and the queue-age estimate's memory */
   private readonly scaling = new Map<string, ScalingMemory>();
   private readonly observer: Observer;
@@ -160,6 +162,9 @@ export class JobWorkerReconciler {
         created = !obs.deployment && applied !== undefined;
       }
       for (const child of others) await this.ensure(child);
+      for (const record of plan.records) await this.record(`${namespace}/${name}`, record);
+      for (const name of plan.prune)
+        await this.d.client.delete('apps/v1', 'ControllerRevision', namespace, name);
     } catch (err) {
       applyError = err instanceof Error ? err : new Error(String(err));
     }
@@ -205,6 +210,25 @@ export class JobWorkerReconciler {
       m.desiredReplicas.set(labels, plan.desiredReplicas);
       m.rolloutBlocked.set(labels, plan.rolloutBlocked ? 1 : 0);
     }
+  }
+
+  /**
+   * Creates a revision's ControllerRevision unless it exists: its data is the
+   * spec first seen at that revision, never patched. Each is looked up once
+   * per process.
+   */
+  private async record(jobWorker: string, desired: KubeObject): Promise<void> {
+    const known = this.recorded.get(jobWorker) ?? new Set<string>();
+    this.recorded.set(jobWorker, known);
+    if (known.has(desired.metadata.name)) return;
+    const live = await this.d.client.find<KubeObject>(
+      desired.apiVersion,
+      desired.kind,
+      desired.metadata.namespace,
+      desired.metadata.name,
+    );
+    if (!live) await this.write(desired);
+    known.add(desired.metadata.name);
   }
 
   /**
@@ -257,6 +281,7 @@ export class JobWorkerReconciler {
 
   private forget(namespace: string, name: string): void {
     this.scaling.delete(`${namespace}/${name}`);
+    this.recorded.delete(`${namespace}/${name}`);
     this.observer.forget(namespace, name);
     this.d.metrics.forgetDeadLetters(namespace, name);
     // A deleted JobWorker's series go too: alerts must not fire on what no longer exists.

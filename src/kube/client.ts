@@ -50,6 +50,7 @@ export class KubeApiError extends Error {
 const PLURALS: Record<string, string> = {
   Deployment: 'deployments',
   ReplicaSet: 'replicasets',
+  ControllerRevision: 'controllerrevisions',
   Pod: 'pods',
   Service: 'services',
   Secret: 'secrets',

@@ -259,6 +259,35 @@ export function desiredDeployment(jw: JobWorker, revision: string, replicas: num
   };
 }
 
+/** The name of the ControllerRevision that keeps a revision's spec. */
+export const revisionRecordName = (jobWorker: string, revision: string) =>
+  `${jobWorker}-${revision}`;
+
+/**
+ * A revision's full spec, kept once outside status (status.history holds a
+ * summary): what a rollback to it, or a paused fleet holding it, deploys.
+ * apps/v1 ControllerRevision, as StatefulSets keep theirs; its data never
+ * changes, so it is created once and never patched.
+ */
+export function desiredRevisionRecord(
+  jw: JobWorker,
+  revision: string,
+  spec: Record<string, unknown>,
+): KubeObject {
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'ControllerRevision',
+    metadata: {
+      name: revisionRecordName(jw.metadata.name, revision),
+      namespace: jw.metadata.namespace,
+      labels: { ...commonLabels(jw), [LABEL_REVISION]: revision },
+      ownerReferences: [ownerReference(jw)],
+    },
+    data: spec,
+    revision: Number(revision),
+  };
+}
+
 /** Headless, so that Prometheus (or a PodMonitor) discovers every worker pod. */
 export function desiredMetricsService(jw: JobWorker): KubeObject {
   return {

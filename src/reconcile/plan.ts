@@ -6,14 +6,22 @@
 import type { JobWorker, JobWorkerSpec, JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import type { Observation } from './observation.js';
-import { desiredDeployment, desiredMetricsService, desiredPdb, revisionOf } from './desired.js';
+import {
+  desiredDeployment,
+  desiredMetricsService,
+  desiredPdb,
+  desiredRevisionRecord,
+  revisionOf,
+  revisionRecordName,
+  templateHash,
+} from './desired.js';
 import { pauseSwitch, wasPaused } from './pause.js';
 import { iso } from './rollout.js';
 import { workersNeedChecking, workersReadyCondition, type WorkerReport } from './workers.js';
 import { queueAge, type AgeMemory } from './queue-age.js';
 import {
   planRollout,
-  specOf,
+  recordedSpec,
   type RolloutAnswers,
   type RolloutNeed,
   type RolloutPlan,
@@ -54,6 +62,10 @@ export interface ScalingOutcome {
 export interface Plan {
   /** children to apply (Deployment first); none while the spec or its Secrets are broken */
   children: KubeObject[];
+  /** created when absent, never patched: the spec revision's ControllerRevision */
+  records: KubeObject[];
+  /** ControllerRevisions of revisions dropped from history, to delete */
+  prune: string[];
   status: JobWorkerStatus;
   /** emitted once the status that carries the change is written */
   events: PlanEvent[];
@@ -116,7 +128,10 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   const children: KubeObject[] = [];
   const events: PlanEvent[] = [];
   let createdEvent: PlanEvent | undefined;
-  const held = paused ? heldRevision(obs, previous) : undefined;
+  const records: KubeObject[] = [];
+  const prune: string[] = [];
+  const held = paused ? heldRevision(obs, previous, i.answers) : undefined;
+  if (held && 'need' in held) return held;
   if (held) {
     // Rollouts hold: the revision that ran stays, at 0, whatever the spec says now.
     appliedReplicas = 0;
@@ -138,6 +153,14 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     });
     if ('need' in r) return r;
     rollout = r;
+    records.push(
+      desiredRevisionRecord(
+        raw as unknown as JobWorker,
+        r.specRevision,
+        JSON.parse(JSON.stringify(raw.spec)) as Record<string, unknown>,
+      ),
+    );
+    prune.push(...r.evicted.map((rev) => revisionRecordName(raw.metadata.name, rev)));
     appliedReplicas = r.scaleToZero || paused ? 0 : desiredReplicas;
     // The template applied is the planned revision's, from that revision's spec.
     const jw = { ...raw, spec: r.deploySpec } as unknown as JobWorker;
@@ -219,6 +242,8 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   });
   return {
     children,
+    records,
+    prune,
     status,
     events,
     ...(createdEvent && { createdEvent }),
@@ -241,10 +266,17 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
 function heldRevision(
   obs: Observation,
   previous: JobWorkerStatus | undefined,
-): { revision: string; spec: JobWorkerSpec } | undefined {
+  answers: PlanAnswers,
+): { revision: string; spec: JobWorkerSpec } | { need: PlanNeed } | undefined {
   const revision = revisionOf(obs.deployment);
-  const spec = specOf(previous?.history?.find((h) => h.revision === revision));
-  return revision && spec ? { revision, spec } : undefined;
+  if (!revision || !obs.spec) return undefined;
+  // Paused with the spec unchanged (the usual case): the spec is the revision's own.
+  const entry = previous?.history?.find((h) => h.revision === revision);
+  const jw = { ...obs.raw, spec: obs.spec } as unknown as JobWorker;
+  if (entry?.templateHash === templateHash(jw)) return { revision, spec: obs.spec };
+  const spec = recordedSpec(revision, previous?.history, answers);
+  if (spec && 'need' in spec) return spec;
+  return spec && { revision, spec };
 }
 
 /**

@@ -39,7 +39,10 @@ export interface PodFacts {
 
 /** An observation the plan needs in this state and was not given. */
 export type RolloutNeed =
-  { kind: 'pods'; revision: string } | { kind: 'seenVersions' } | { kind: 'queued' };
+  | { kind: 'pods'; revision: string }
+  | { kind: 'seenVersions' }
+  | { kind: 'queued' }
+  | { kind: 'revisionSpec'; revision: string };
 
 /** What the caller read because a plan asked (`need`); a key present with undefined: unreadable. */
 export interface RolloutAnswers {
@@ -49,6 +52,8 @@ export interface RolloutAnswers {
   seenVersions?: number[] | undefined;
   /** messages in the work queue and its retry queues */
   queued?: number | undefined;
+  /** a revision's spec, from its ControllerRevision (undefined: there is none) */
+  revisionSpecs?: Record<string, Record<string, unknown> | undefined>;
 }
 
 export interface RolloutInput {
@@ -63,6 +68,8 @@ export interface RolloutInput {
 
 export interface RolloutPlan {
   history: HistoryEntry[];
+  /** revisions dropped from history: their ControllerRevisions go too */
+  evicted: string[];
   /** the revision the spec describes */
   specRevision: string;
   /** the revision being moved to (status.updateRevision) */
@@ -87,8 +94,25 @@ function contractOf(e: HistoryEntry | undefined): Contract | undefined {
     : undefined;
 }
 
-export function specOf(e: HistoryEntry | undefined): JobWorkerSpec | undefined {
-  const p = e?.spec ? parseSpec(e.spec) : undefined;
+/**
+ * The spec of a revision other than the spec's own: from an entry written by
+ * an earlier version, else from its ControllerRevision (asked for once).
+ * Undefined when neither has it.
+ */
+export function recordedSpec(
+  revision: string,
+  history: readonly HistoryEntry[] | undefined,
+  answers: RolloutAnswers,
+): JobWorkerSpec | undefined | { need: RolloutNeed } {
+  const legacy = history?.find((h) => h.revision === revision)?.spec;
+  const raw =
+    legacy ??
+    (answers.revisionSpecs && revision in answers.revisionSpecs
+      ? answers.revisionSpecs[revision]
+      : undefined);
+  if (!legacy && !(answers.revisionSpecs && revision in answers.revisionSpecs))
+    return { need: { kind: 'revisionSpec', revision } };
+  const p = raw ? parseSpec(raw) : undefined;
   return p?.ok ? p.spec : undefined;
 }
 
@@ -118,7 +142,6 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       contractHash: contractHash(spec),
       keyRule: spec.contract.idempotencyKey,
       schemaVersions: spec.contract.schemaVersions,
-      spec: JSON.parse(JSON.stringify(raw.spec)) as Record<string, unknown>,
     },
     now,
     spec.rollout.historyLimit,
@@ -302,10 +325,15 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
     });
 
   const deployRevision = step.deploy.revision;
-  const deploySpec =
-    deployRevision === specRevision ? spec : (specOf(entry(deployRevision)) ?? spec);
+  let deploySpec = spec;
+  if (deployRevision !== specRevision) {
+    const recorded = recordedSpec(deployRevision, history, a);
+    if (recorded && 'need' in recorded) return recorded;
+    deploySpec = recorded ?? spec;
+  }
   return {
     history,
+    evicted: assigned.evicted,
     specRevision,
     targetRevision: state?.to ?? target,
     deployRevision,

@@ -266,12 +266,12 @@ describe('the Helm chart, installed', () => {
     const example = parse(
       readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8'),
     ) as Doc;
-    const applyJw = (image: string) =>
+    const applyJw = (image: string, rollout?: Record<string, unknown>) =>
       admin.apply(
         {
           ...example,
           metadata: { name: 'order-shipper', namespace: ns.namespace },
-          spec: { ...example.spec, image },
+          spec: { ...example.spec, image, ...(rollout && { rollout }) },
         },
         'test-user',
       );
@@ -286,6 +286,21 @@ describe('the Helm chart, installed', () => {
     await eventually('revision 2 rolled out', async () =>
       (await jw()).status?.currentRevision === '2' ? true : undefined,
     );
+    // A third, keeping one revision in history: revision 1's recorded spec is pruned.
+    await applyJw(`${example.spec.image}-hotfix2`, { historyLimit: 1 });
+    await eventually('revision 3 rolled out', async () =>
+      (await jw()).status?.currentRevision === '3' ? true : undefined,
+    );
+    const records = async () =>
+      (
+        await admin.list<Doc>('apps/v1', 'ControllerRevision', ns.namespace, {
+          labelSelector: 'jobfleet.dev/jobworker=order-shipper',
+        })
+      ).items.map((r) => r.metadata.name);
+    await eventually('revision 1 pruned', async () =>
+      !(await records()).includes('order-shipper-1') ? true : undefined,
+    );
+    expect(await records()).toContain('order-shipper-3');
     await admin.apply(
       {
         apiVersion: 'jobfleet.dev/v1alpha1',

@@ -94,6 +94,8 @@ class World {
   /** the revision whose pods consumed most recently, and its contract */
   private running: { revision: string; contract: Contract } | undefined;
   private memory: ScalingMemory | undefined;
+  /** each revision's recorded spec (its ControllerRevision), by revision */
+  readonly records = new Map<string, Record<string, unknown>>();
 
   constructor(
     spec: Record<string, unknown>,
@@ -176,10 +178,22 @@ class World {
         };
       } else if (r.need.kind === 'seenVersions') answers.seenVersions = undefined;
       else if (r.need.kind === 'queued') answers.queued = undefined;
+      else if (r.need.kind === 'revisionSpec')
+        answers.revisionSpecs = {
+          ...answers.revisionSpecs,
+          [r.need.revision]: this.records.get(r.need.revision),
+        };
       else answers.workers = [];
     }
     if (!plan) throw new Error('the planner kept asking');
     this.memory = plan.memory;
+    // ControllerRevisions: created once, never patched; pruned by name
+    for (const r of plan.records) {
+      const rev = String((r as { revision?: number }).revision);
+      if (!this.records.has(rev))
+        this.records.set(rev, (r as unknown as { data: Record<string, unknown> }).data);
+    }
+    for (const name of plan.prune) this.records.delete(name.slice(name.lastIndexOf('-') + 1));
     const desired = plan.children.find((c) => c.kind === 'Deployment') as KubeObject;
     const changed = JSON.stringify(desired.spec) !== JSON.stringify(this.deployment?.spec);
     if (changed) {
@@ -431,6 +445,11 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
             deployed: '1',
             currentRevision: '1',
           });
+          // Status keeps summaries; each kept revision's spec is recorded once, the rest pruned.
+          expect(w.status?.history?.some((h) => h.spec !== undefined)).toBe(false);
+          expect([...w.records.keys()].sort()).toEqual(
+            (w.status?.history ?? []).map((h) => h.revision).sort(),
+          );
         },
       );
     },
