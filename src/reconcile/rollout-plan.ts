@@ -22,6 +22,7 @@ import {
   ALLOW_KEY_RULE_CHANGE,
   analyze,
   gate,
+  iso,
   rollbackStep,
   type AnalysisState,
   type Contract,
@@ -168,6 +169,7 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
 
   // Automatic rollback: watch a new revision for rising age (or crash loops).
   let analysis: AnalysisState | undefined;
+  let watched: AnalysisState | undefined;
   const stable =
     previous?.analysis?.revision === target
       ? previous.analysis.stable
@@ -191,6 +193,17 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
     });
     analysis = analysis_.state;
     if (analysis_.rollback) {
+      // Kept in case the gate refuses the way back: the analysis then goes on
+      // saying so (a lasting RolloutBlocked) instead of ending with the refusal.
+      watched =
+        previous?.analysis?.revision === target
+          ? previous.analysis
+          : {
+              revision: target,
+              stable,
+              startedAt: iso(now),
+              ...(i.ageSeconds !== undefined && { ageAtStart: i.ageSeconds }),
+            };
       aborted = target;
       target = analysis_.rollback.to;
       trigger = 'AutoRollback';
@@ -239,16 +252,15 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       });
       if (!g.ok) {
         blocked = true;
-        conditions.push({
-          type: 'RolloutBlocked',
-          status: 'True',
-          reason: g.reason,
-          message: g.message,
-        });
-        events.push({ type: 'Warning', reason: 'RolloutBlocked', message: g.message });
+        const message =
+          trigger === 'AutoRollback'
+            ? `The automatic rollback to revision ${target} (${triggerReason}) is refused: ${g.message} Revision ${runningRevision} keeps running; fix it forward.`
+            : g.message;
+        conditions.push({ type: 'RolloutBlocked', status: 'True', reason: g.reason, message });
+        events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
         target = runningRevision;
         aborted = previous?.abortedRevision === specRevision ? aborted : undefined;
-        analysis = undefined;
+        analysis = trigger === 'AutoRollback' ? watched : undefined;
       } else if (g.overrideUsed) {
         const who = managerOf(raw, ['metadata', 'annotations', ALLOW_KEY_RULE_CHANGE]);
         events.push({

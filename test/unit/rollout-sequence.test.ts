@@ -60,7 +60,13 @@ interface Scenario {
 }
 
 function specJson(
-  overrides: { keyRule?: string; schemaVersions?: number[]; image?: string; paused?: boolean } = {},
+  overrides: {
+    keyRule?: string;
+    schemaVersions?: number[];
+    producerVersions?: number[];
+    image?: string;
+    paused?: boolean;
+  } = {},
   historyLimit = 10,
 ) {
   return {
@@ -71,6 +77,7 @@ function specJson(
     contract: {
       idempotencyKey: overrides.keyRule ?? 'order:{id}',
       schemaVersions: overrides.schemaVersions ?? [1],
+      ...(overrides.producerVersions && { producerVersions: overrides.producerVersions }),
     },
     deadLetter: { owner: 'team' },
     scaling: { minReplicas: REPLICAS, maxReplicas: REPLICAS, targetOldestAgeSeconds: 30 },
@@ -529,6 +536,32 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
         });
       }
     }, 60_000); // 139 whole scenarios: seconds of CPU, more on a loaded machine
+  });
+
+  it('an automatic rollback the gate refuses stays Blocked while the analysis would roll back, not for one reconcile', () => {
+    const w = settled({ age: rising(30) });
+    // Revision 2 accepts version 2, which producers may now send: the way back to 1 is closed.
+    const v2 = {
+      image: 'registry.example.com/w:2',
+      schemaVersions: [1, 2],
+      producerVersions: [1, 2],
+    };
+    w.edit(specJson(v2));
+    let firstBlocked: number | undefined;
+    for (let t = 0; t < 110; t++) {
+      w.step();
+      const blocked = w.status?.conditions?.find((c) => c.type === 'RolloutBlocked');
+      if (blocked?.status === 'True') firstBlocked ??= w.t;
+      if (firstBlocked !== undefined)
+        expect(blocked, `t=${w.t}`).toMatchObject({
+          status: 'True',
+          reason: 'SchemaVersionIncompatible',
+          message: expect.stringContaining('The automatic rollback to revision 1'),
+        });
+    }
+    expect(firstBlocked).toBeDefined();
+    expect(w.violations).toEqual([]);
+    expect(w.outcome()).toMatchObject({ running: ['2'], deployed: '2', phase: 'Blocked' });
   });
 
   it('a crash-looping revision is rolled back', () => {
