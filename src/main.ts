@@ -11,11 +11,11 @@
 //   JOBFLEET_PROMETHEUS_URL       Prometheus scraping the workers (throttling signal); per JobWorker: spec.scaling.prometheusUrl
 //   LOG_LEVEL                     default info
 import os from 'node:os';
-import pino from 'pino';
+import { createLogger } from '../worker/log.js';
 import { KubeClient } from './kube/client.js';
 import { startOperator } from './operator.js';
 
-const log = pino({ level: process.env.LOG_LEVEL ?? 'info' });
+const log = createLogger();
 const env = process.env;
 const leaseSeconds = Number(env.JOBFLEET_LEASE_DURATION_SECONDS ?? 15);
 const operator = await startOperator({

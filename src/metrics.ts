@@ -1,8 +1,10 @@
 // Operator metrics (DESIGN.md §3); labels: namespace and jobworker only.
 import client from 'prom-client';
+import { collectProcessMetrics } from '../worker/metrics.js';
 
 export function operatorMetrics(registry = new client.Registry()) {
   const r = [registry];
+  collectProcessMetrics(registry);
   const labelNames = ['namespace', 'jobworker'] as const;
   // The oldest dead letter's time per JobWorker: its age is computed at
   // scrape time, so the gauge never lags behind the clock between reads.
@@ -97,6 +99,18 @@ export function operatorMetrics(registry = new client.Registry()) {
       name: 'jobfleet_reconcile_duration_seconds',
       help: 'Reconcile duration',
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers: r,
+    }),
+    reconcileTotal: new client.Counter({
+      name: 'jobfleet_reconcile_total',
+      help: 'Reconciles by controller and result (success, requeue, error), as controller-runtime counts them',
+      labelNames: ['controller', 'result'],
+      registers: r,
+    }),
+    workQueueRetries: new client.Counter({
+      name: 'jobfleet_workqueue_retries_total',
+      help: 'Keys put back on a work queue with backoff after a failed reconcile',
+      labelNames: ['name'],
       registers: r,
     }),
     reconcileErrors: new client.Counter({

@@ -2,7 +2,8 @@
 // queue that runs the JobWorker reconciler; /healthz, /readyz and /metrics.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import pino, { type Logger } from 'pino';
+import type { Logger } from 'pino';
+import { createLogger } from '../worker/log.js';
 import { LeaderElector } from './controller/leader.js';
 import { JobWorkerReconciler } from './controller/reconciler.js';
 import { LeadershipTerm } from './controller/term.js';
@@ -52,7 +53,7 @@ export interface Operator {
 }
 
 export async function startOperator(o: OperatorOptions): Promise<Operator> {
-  const log = o.log ?? pino({ level: process.env.LOG_LEVEL ?? 'info' });
+  const log = o.log ?? createLogger();
   const metrics = operatorMetrics();
   const events = new EventRecorder(o.client, 'jobfleet-operator', log, Date.now, () =>
     metrics.apiWrites.inc({ kind: 'Event' }),
@@ -86,6 +87,8 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
         resyncMs: o.resyncMs ?? 5 * 60_000,
         replayProgressMs: o.replayProgressMs,
         onQueues: (delta) => metrics.workQueues.inc(delta),
+        onRetry: (name) => metrics.workQueueRetries.inc({ name }),
+        onReconciled: (controller, result) => metrics.reconcileTotal.inc({ controller, result }),
       });
     },
     onStoppedLeading: () => {

@@ -4,8 +4,24 @@ import client from 'prom-client';
 
 export type Outcome = 'completed' | 'duplicate' | 'retried' | 'dead_lettered';
 
+/**
+ * process_* and nodejs_* (memory, CPU, event-loop lag, handles), minus the
+ * three gauges prom-client names `_total`, which `promtool check metrics`
+ * rejects: their per-type versions (nodejs_active_handles{type}…) stay.
+ */
+export function collectProcessMetrics(registry: client.Registry): void {
+  client.collectDefaultMetrics({ register: registry });
+  for (const name of [
+    'nodejs_active_handles_total',
+    'nodejs_active_requests_total',
+    'nodejs_active_resources_total',
+  ])
+    registry.removeSingleMetric(name);
+}
+
 export function workerMetrics(registry = new client.Registry()) {
   const r = [registry];
+  collectProcessMetrics(registry);
   return {
     registry,
     jobs: new client.Counter({

@@ -9,7 +9,7 @@ import amqp, {
   type ConsumeMessage,
 } from 'amqplib';
 import pg from 'pg';
-import pino, { type Logger } from 'pino';
+import type { Logger } from 'pino';
 import { AckBatcher } from './ack-batcher.js';
 import { AckJournal } from './ack-journal.js';
 import { ClaimStore, poolConfig } from './claim-store.js';
@@ -23,6 +23,7 @@ import {
   type Handler,
 } from './delivery.js';
 import { compactReason } from './envelope.js';
+import { createLogger } from './log.js';
 import { ConfigError, loadConfig, type WorkerConfig, type WorkerConfigInput } from './config.js';
 import {
   brokerProblem,
@@ -163,9 +164,7 @@ class QueueWorker implements Worker {
     this.config = config;
     this.now = opts.now ?? Date.now;
     this.random = opts.random ?? Math.random;
-    this.log = (
-      opts.logger ?? pino({ level: process.env.LOG_LEVEL ?? 'info', redact: logRedactions })
-    ).child({
+    this.log = (opts.logger ?? createLogger({ redact: logRedactions })).child({
       queue: config.queue,
       revision: config.revision,
     });

@@ -43,10 +43,7 @@ export class Informer {
         break;
       } catch (err) {
         const ms = Math.min(30_000, 250 * 2 ** Math.min(attempt, 8));
-        this.opts.log.warn(
-          { kind: this.opts.kind, err: (err as Error).message, retryInMs: ms },
-          'list failed; retrying',
-        );
+        this.opts.log.warn({ kind: this.opts.kind, err, retryInMs: ms }, 'list failed; retrying');
         await new Promise((r) => setTimeout(r, ms));
       }
     }
@@ -145,14 +142,14 @@ export class Informer {
           this.failures++;
           const ms = Math.min(30_000, 250 * 2 ** Math.min(this.failures, 8));
           this.opts.log.warn(
-            { kind: this.opts.kind, err: (err as Error).message, retryInMs: ms },
+            { kind: this.opts.kind, err, retryInMs: ms },
             'watch failed; reconnecting',
           );
           await new Promise((r) => setTimeout(r, ms));
         }
         // Relist on every failure: cheap at our scale, and it closes any gap.
         await this.relist().catch((e: unknown) => {
-          this.opts.log.warn({ kind: this.opts.kind, err: (e as Error).message }, 'relist failed');
+          this.opts.log.warn({ kind: this.opts.kind, err: e }, 'relist failed');
           this.failures++;
         });
       }

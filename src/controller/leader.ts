@@ -62,7 +62,7 @@ export class LeaderElector {
           : this.renewDeadline,
       );
       const ok = await this.tryAcquireOrRenew(AbortSignal.timeout(bound)).catch((err: unknown) => {
-        this.log.warn({ err: (err as Error).message }, 'leader election: lease update failed');
+        this.log.warn({ err }, 'leader election: lease update failed');
         return false;
       });
       if (this.stopped) return;
@@ -166,7 +166,7 @@ export class LeaderElector {
         });
       }
     } catch (err) {
-      this.log.warn({ err: (err as Error).message }, 'could not release the leader lease');
+      this.log.warn({ err }, 'could not release the leader lease');
     }
   }
 }

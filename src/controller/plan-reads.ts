@@ -93,7 +93,7 @@ async function seenVersions(
   try {
     return await fetchSeenSchemaVersions(url, namespace, name);
   } catch (err) {
-    reads.log.warn({ err: (err as Error).message }, 'schema versions seen: Prometheus unreadable');
+    reads.log.warn({ err }, 'schema versions seen: Prometheus unreadable');
     return undefined;
   }
 }

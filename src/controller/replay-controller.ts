@@ -82,10 +82,7 @@ export class JobReplayController {
     const abort = new AbortController();
     const done = this.run(jr, spec, target, abort.signal)
       .catch(async (err: Error) => {
-        this.d.log.warn(
-          { key, err: err.message },
-          'replay interrupted; it resumes on the next reconcile',
-        );
+        this.d.log.warn({ key, err }, 'replay interrupted; it resumes on the next reconcile');
         await this.writeStatus(jr, {
           message: `Interrupted: ${err.message}. Retrying; what was replayed stays replayed.`,
         }).catch(() => undefined);

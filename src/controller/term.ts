@@ -3,6 +3,7 @@
 // ended touches nothing of the next one: a lease lost and regained quickly
 // leaves exactly one working set (a stop that reads shared variables after an
 // await would stop the new term's queues instead).
+import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { API_VERSION, KIND } from '../api/jobworker.js';
 import { REPLAY_KIND } from '../api/jobreplay.js';
@@ -12,7 +13,9 @@ import { LABEL_JOBWORKER } from '../reconcile/desired.js';
 import { Informer, keyOf } from './informer.js';
 import { JobReplayController } from './replay-controller.js';
 import { NeedsAttention, type JobWorkerReconciler } from './reconciler.js';
-import { WorkQueue } from './workqueue.js';
+import { WorkQueue, type ProcessResult } from './workqueue.js';
+
+export type Controller = 'jobworker' | 'jobreplay';
 
 export interface TermDeps {
   client: KubeClient;
@@ -26,6 +29,10 @@ export interface TermDeps {
   replayProgressMs?: number;
   /** told when the term's queues start and stop (the work-queue gauge) */
   onQueues?: (delta: number) => void;
+  /** a key put back with backoff, for jobfleet_workqueue_retries_total */
+  onRetry?: (queue: Controller) => void;
+  /** each reconcile's result, for jobfleet_reconcile_total */
+  onReconciled?: (controller: Controller, result: 'success' | 'requeue' | 'error') => void;
 }
 
 export class LeadershipTerm {
@@ -48,21 +55,11 @@ export class LeadershipTerm {
     });
     const q = (this.queue = new WorkQueue({
       concurrency: d.concurrency,
-      onError: (key, err, retryInMs) => {
-        const level = err instanceof NeedsAttention ? 'info' : 'warn';
-        log[level](
-          { key, err: (err as Error).message, retryInMs },
-          'reconcile did not finish; retrying',
-        );
-      },
+      onError: () => d.onRetry?.('jobworker'),
     }));
     const rq = (this.replayQueue = new WorkQueue({
       concurrency: 2,
-      onError: (key, err, retryInMs) =>
-        log.warn(
-          { key, err: (err as Error).message, retryInMs },
-          'JobReplay reconcile failed; retrying',
-        ),
+      onError: () => d.onRetry?.('jobreplay'),
     }));
     const owned = d.namespaces.flatMap((namespace) => {
       const jobWorkers = new Informer(d.client, {
@@ -105,20 +102,48 @@ export class LeadershipTerm {
     this.informers = [...owned, ...replayInformers];
     d.onQueues?.(2);
     void Promise.all(replayInformers.map((i) => i.start())).then(
-      () => rq.start((key) => this.replays.reconcile(key)),
-      (err: Error) => log.error({ err: err.message }, 'initial JobReplay list failed'),
+      () => rq.start(this.traced('jobreplay', (key) => this.replays.reconcile(key))),
+      (err: Error) => log.error({ err }, 'initial JobReplay list failed'),
     );
     // Reconcile only once every cache is filled: a key read from a half-filled cache looks deleted.
     void Promise.all(owned.map((i) => i.start())).then(
       () => {
         if (this.stopping) return;
         this.synced = true;
-        q.start((key) =>
-          d.reconciler.reconcile(key, (kind, ns, name) => this.cached(kind, ns, name)),
+        q.start(
+          this.traced('jobworker', (key) =>
+            d.reconciler.reconcile(key, (kind, ns, name) => this.cached(kind, ns, name)),
+          ),
         );
       },
-      (err: Error) => log.error({ err: err.message }, 'initial list failed'),
+      (err: Error) => log.error({ err }, 'initial list failed'),
     );
+  }
+
+  /**
+   * One reconcile, counted by result; a failed one is logged with its
+   * controller, namespace, name, a reconcile id and the whole error (the
+   * queue retries it with backoff). A problem a person must fix is info.
+   */
+  private traced(
+    controller: Controller,
+    run: (key: string) => Promise<ProcessResult | void>,
+  ): (key: string) => Promise<ProcessResult | void> {
+    return async (key) => {
+      try {
+        const r = await run(key);
+        this.d.onReconciled?.(controller, r?.requeueAfterMs !== undefined ? 'requeue' : 'success');
+        return r;
+      } catch (err) {
+        this.d.onReconciled?.(controller, 'error');
+        const [namespace, name] = key.split('/');
+        this.d.log[err instanceof NeedsAttention ? 'info' : 'warn'](
+          { controller, namespace, name, reconcileID: randomUUID(), err },
+          'reconcile did not finish; retrying with backoff',
+        );
+        throw err;
+      }
+    };
   }
 
   /** The JobWorker or Deployment as this term's watch last saw it. */

@@ -75,7 +75,7 @@ export class EventRecorder {
       });
     } catch (err) {
       // Events are best effort: never fail a reconcile over one.
-      this.log.warn({ reason, err: (err as Error).message }, 'could not record event');
+      this.log.warn({ reason, err }, 'could not record event');
     }
   }
 }
