@@ -40,7 +40,7 @@ if (!only || only === 'operator') {
   writeSection(
     'operator',
     `${header('Operator: JobWorkers created at once', 'make bench BENCH=operator')}
-${r.count} JobWorkers (examples/jobworker.yaml) created in batches of 50 against the test ground's real control plane
+${r.count} JobWorkers (examples/jobworker.yaml without its management URL, so nothing polls RabbitMQ) created in batches of 50 against the test ground's real control plane
 (kube-apiserver, controller manager, scheduler, kwok marking pods Ready). The operator runs from source as its own process
 (\`src/main.ts\`, one namespace, 4 concurrent reconciles). Converged = every JobWorker \`Healthy\` at its generation.
 
