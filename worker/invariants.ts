@@ -131,16 +131,18 @@ export function effectsInvariant(o: {
 }): Invariant {
   const t = quoteIdent(o.table);
   const k = quoteIdent(o.keyColumn);
-  const since = o.timeColumn
-    ? `\n  where e.${quoteIdent(o.timeColumn)} >= (select min(updated_at) from jobfleet_claims where state = 'completed')`
-    : '';
+  // Every effect counts toward "more than one"; only the "effect without a
+  // claim" direction skips effects older than the oldest claim kept (their
+  // claims may have been swept). With no completed claim at all, nothing is
+  // skipped: effects then have no claim, and say so.
+  const last = o.timeColumn ? `max(e.${quoteIdent(o.timeColumn)})` : 'null::timestamptz';
   return {
     name: 'one-effect-per-completed-key',
     claim: `each completed key has exactly one row in ${o.table}, and every row there has a completed key`,
-    sql: `with completed as (select key from jobfleet_claims where state = 'completed'),
+    sql: `with completed as (select key, updated_at from jobfleet_claims where state = 'completed'),
 effects as (
-  select e.${k}::text as key, count(*) as effects
-  from ${t} e${since}
+  select e.${k}::text as key, count(*) as effects, ${last} as last_at
+  from ${t} e
   group by 1)
 select coalesce(c.key, e.key) as key,
   case when c.key is null then 'effect without a completed claim'
@@ -148,7 +150,9 @@ select coalesce(c.key, e.key) as key,
        else 'more than one effect' end as problem,
   coalesce(e.effects, 0) as effects
 from completed c full join effects e on e.key = c.key
-where c.key is null or e.key is null or e.effects > 1`,
+where e.key is null or e.effects > 1
+   or (c.key is null and (e.last_at is null
+       or e.last_at >= coalesce((select min(updated_at) from completed), '-infinity')))`,
     fix: 'more than one effect: the side effect ran outside the claim (a handler writing through another connection, or a second consumer without jobfleet); an effect without a claim: written by something else, or its claim was swept (pass --effects-time-column); a claim without an effect: the handler completed without writing it',
   };
 }

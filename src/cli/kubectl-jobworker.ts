@@ -6,7 +6,7 @@
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
-import { KubeClient, type KubeObject } from '../kube/client.js';
+import { KubeClient, resourcePath, type KubeObject } from '../kube/client.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
 import { revisionRecordName } from '../reconcile/desired.js';
 import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../reconcile/pause.js';
@@ -201,16 +201,16 @@ async function undo(client: KubeClient, jw: JobWorkerObject, to?: string): Promi
     return 2;
   }
   // Each revision's spec is kept once, in its ControllerRevision (older entries carry it inline).
-  const spec =
-    target.spec ??
-    (
-      await client.find<KubeObject & { data?: Record<string, unknown> }>(
+  const record = target.spec
+    ? undefined
+    : await client.find<KubeObject & { data?: Record<string, unknown> }>(
         'apps/v1',
         'ControllerRevision',
         jw.metadata.namespace,
         revisionRecordName(jw.metadata.name, target.revision),
-      )
-    )?.data;
+      );
+  const ours = record?.metadata.ownerReferences?.some((o) => o.uid === jw.metadata.uid);
+  const spec = target.spec ?? (ours ? record?.data : undefined);
   if (!spec) {
     console.error(
       `revision ${target.revision}'s spec is not recorded (no ControllerRevision ${revisionRecordName(jw.metadata.name, target.revision)}): apply it by hand`,
@@ -227,7 +227,8 @@ async function undo(client: KubeClient, jw: JobWorkerObject, to?: string): Promi
         'jobfleet.dev/undo': `to revision ${target.revision} by ${who} at ${new Date().toISOString()}`,
       },
     },
-    spec,
+    // The pause switch stays as it is: undo changes the revision, not whether the fleet runs.
+    spec: { ...spec, paused: jw.spec.paused },
   });
   console.log(
     `${jw.metadata.name}: rolling back to revision ${target.revision} (${target.image}). The operator drains revision ${st.currentRevision ?? '?'} first; follow it with: kubectl jobworker status ${jw.metadata.name} --watch`,
@@ -259,18 +260,21 @@ async function setPaused(
     console.log(`${name} is already ${paused ? 'paused' : 'running'}; nothing changed`);
     return 0;
   }
-  await client.replace({
-    ...jw,
-    metadata: {
-      ...jw.metadata,
-      annotations: {
-        ...(jw.metadata.annotations ?? {}),
-        [ANNOTATION_PAUSE_BY]: await whoAmI(client),
-        [ANNOTATION_PAUSE_REASON]: reason,
+  // A merge patch: the operator's status writes in between cannot make it conflict.
+  await client.request(
+    'PATCH',
+    resourcePath(API_VERSION, KIND, jw.metadata.namespace, name),
+    {
+      metadata: {
+        annotations: {
+          [ANNOTATION_PAUSE_BY]: await whoAmI(client),
+          [ANNOTATION_PAUSE_REASON]: reason,
+        },
       },
+      spec: { paused },
     },
-    spec: { ...jw.spec, paused },
-  });
+    'application/merge-patch+json',
+  );
   console.log(
     paused
       ? `${name}: pausing. Consumers drain within spec.shutdown.drainDeadlineSeconds, then 0 replicas are held; resume with: kubectl jobworker resume ${name} --reason …`

@@ -51,7 +51,12 @@ export async function answerNeed(
         namespace,
         revisionRecordName(name, need.revision),
       );
-      answers.revisionSpecs = { ...answers.revisionSpecs, [need.revision]: record?.data };
+      // Only this JobWorker's own: a record left by an earlier object of the same name is not its past.
+      const ours = record?.metadata.ownerReferences?.some((o) => o.uid === raw.metadata.uid);
+      answers.revisionSpecs = {
+        ...answers.revisionSpecs,
+        [need.revision]: ours ? record?.data : undefined,
+      };
       return;
     }
     case 'workers':

@@ -28,7 +28,7 @@ import type { ProcessResult } from './workqueue.js';
 const VERIFY_EVERY_MS = 5 * 60_000;
 
 /** Every need answered at most once: a plan asks for a few things, never in a loop. */
-const MAX_PLAN_ROUNDS = 6;
+const MAX_PLAN_ROUNDS = 8;
 
 /** A problem a person must fix; reported in status and retried with backoff. */
 export class NeedsAttention extends Error {
@@ -66,8 +66,8 @@ const LIMITS: readonly LimitedBy[] = [
 export class JobWorkerReconciler {
   /** object key → resourceVersion we last applied or verified, per desired hash */
   private readonly verified = new Map<string, { hash: string; rv: string; at: number }>();
-  /** per JobWorker (namespace/name): the names of its ControllerRevisions known to exist */
-  private readonly recorded = new Map<string, Set<string>>();
+  /** per JobWorker (namespace/name): its uid and the ControllerRevisions known to exist */
+  private readonly recorded = new Map<string, { uid: string; names: Set<string> }>();
   /** per JobWorker: the scaler's window and AIMD cap, and the queue-age estimate's memory */
   private readonly scaling = new Map<string, ScalingMemory>();
   private readonly observer: Observer;
@@ -156,15 +156,16 @@ export class JobWorkerReconciler {
     let applyError: Error | undefined;
     let created = false;
     try {
-      const [deployment, ...others] = plan.children;
+      // A revision's spec is recorded before its first pod can start.
+      for (const record of plan.records) await this.record(raw, record);
+      const deployment = plan.children.find((c) => c.kind === 'Deployment');
       if (deployment) {
         const applied = await this.ensure(deployment, obs.deployment);
         created = !obs.deployment && applied !== undefined;
       }
-      for (const child of others) await this.ensure(child);
-      for (const record of plan.records) await this.record(`${namespace}/${name}`, record);
-      for (const name of plan.prune)
-        await this.d.client.delete('apps/v1', 'ControllerRevision', namespace, name);
+      for (const child of plan.children) if (child !== deployment) await this.ensure(child);
+      for (const record of plan.prune)
+        await this.d.client.delete('apps/v1', 'ControllerRevision', namespace, record);
     } catch (err) {
       applyError = err instanceof Error ? err : new Error(String(err));
     }
@@ -213,22 +214,34 @@ export class JobWorkerReconciler {
   }
 
   /**
-   * Creates a revision's ControllerRevision unless it exists: its data is the
-   * spec first seen at that revision, never patched. Each is looked up once
-   * per process.
+   * Creates a revision's ControllerRevision unless this JobWorker's exists:
+   * its data is the spec first seen at that revision, never patched. One left
+   * by an earlier object of the same name (another uid) is replaced. Each is
+   * looked up once per process and JobWorker uid.
    */
-  private async record(jobWorker: string, desired: KubeObject): Promise<void> {
-    const known = this.recorded.get(jobWorker) ?? new Set<string>();
-    this.recorded.set(jobWorker, known);
-    if (known.has(desired.metadata.name)) return;
+  private async record(jw: KubeObject, desired: KubeObject): Promise<void> {
+    const uid = jw.metadata.uid ?? '';
+    const k = `${jw.metadata.namespace}/${jw.metadata.name}`;
+    const known = this.recorded.get(k);
+    const names = known?.uid === uid ? known.names : new Set<string>();
+    this.recorded.set(k, { uid, names });
+    if (names.has(desired.metadata.name)) return;
     const live = await this.d.client.find<KubeObject>(
       desired.apiVersion,
       desired.kind,
       desired.metadata.namespace,
       desired.metadata.name,
     );
-    if (!live) await this.write(desired);
-    known.add(desired.metadata.name);
+    const ours = live?.metadata.ownerReferences?.some((o) => o.uid === uid);
+    if (live && !ours)
+      await this.d.client.delete(
+        desired.apiVersion,
+        desired.kind,
+        desired.metadata.namespace,
+        desired.metadata.name,
+      );
+    if (!ours) await this.write(desired);
+    names.add(desired.metadata.name);
   }
 
   /**

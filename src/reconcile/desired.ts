@@ -274,6 +274,9 @@ export function desiredRevisionRecord(
   revision: string,
   spec: Record<string, unknown>,
 ): KubeObject {
+  // The pause switch is not part of a revision: undoing to one must not flip it.
+  const recorded = { ...spec };
+  delete recorded.paused;
   return {
     apiVersion: 'apps/v1',
     kind: 'ControllerRevision',
@@ -283,7 +286,7 @@ export function desiredRevisionRecord(
       labels: { ...commonLabels(jw), [LABEL_REVISION]: revision },
       ownerReferences: [ownerReference(jw)],
     },
-    data: spec,
+    data: recorded,
     revision: Number(revision),
   };
 }

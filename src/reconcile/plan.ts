@@ -3,7 +3,7 @@
 // apply, the full status, the events a change deserves, the gauges, and when
 // to look again. Like planRollout, it asks (`need`) for the few reads that
 // matter only in some states, and is called again with the answer.
-import type { JobWorker, JobWorkerSpec, JobWorkerStatus } from '../api/jobworker.js';
+import type { JobWorker, JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import type { Observation } from './observation.js';
 import {
@@ -13,7 +13,6 @@ import {
   desiredRevisionRecord,
   revisionOf,
   revisionRecordName,
-  templateHash,
 } from './desired.js';
 import { pauseSwitch, wasPaused } from './pause.js';
 import { iso } from './rollout.js';
@@ -21,7 +20,6 @@ import { workersNeedChecking, workersReadyCondition, type WorkerReport } from '.
 import { queueAge, type AgeMemory } from './queue-age.js';
 import {
   planRollout,
-  recordedSpec,
   type RolloutAnswers,
   type RolloutNeed,
   type RolloutPlan,
@@ -106,7 +104,9 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   // While a rollback drains or the fleet is paused, the Deployment sits at 0:
   // the autoscaler keeps its own count, to restore at.
   const current = Number(
-    ((previous?.rollout || pausedBefore) && live === 0 ? previous?.desiredReplicas : live) ??
+    ((previous?.rollout || pausedBefore || paused) && live === 0
+      ? previous?.desiredReplicas
+      : live) ??
       previous?.desiredReplicas ??
       0,
   );
@@ -130,14 +130,13 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   let createdEvent: PlanEvent | undefined;
   const records: KubeObject[] = [];
   const prune: string[] = [];
-  const held = paused ? heldRevision(obs, previous, i.answers) : undefined;
-  if (held && 'need' in held) return held;
-  if (held) {
-    // Rollouts hold: the revision that ran stays, at 0, whatever the spec says now.
+  if (paused && spec && deployment) {
+    // Rollouts hold: the pod template that ran stays, as it is, at 0 —
+    // whatever the spec says now, and whether or not its Secrets are in place.
     appliedReplicas = 0;
-    const jw = { ...raw, spec: held.spec } as unknown as JobWorker;
+    const jw = { ...raw, spec } as unknown as JobWorker;
     children.push(
-      desiredDeployment(jw, held.revision, 0),
+      liveTemplateDeployment(jw, deployment, 0),
       desiredMetricsService(jw),
       desiredPdb(jw),
     );
@@ -145,7 +144,10 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     const r = planRollout({
       raw,
       spec,
-      previous: pausedBefore && !paused ? resumedAnalysis(previous, scaling, now) : previous,
+      previous:
+        pausedBefore && !paused
+          ? resumed(previous, scaling, spec.rollout.verifySeconds, now)
+          : previous,
       deployment,
       now,
       ageSeconds: scaling?.signalOk && !paused ? scaling.oldestAgeSeconds : undefined,
@@ -162,14 +164,14 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     );
     prune.push(...r.evicted.map((rev) => revisionRecordName(raw.metadata.name, rev)));
     appliedReplicas = r.scaleToZero || paused ? 0 : desiredReplicas;
-    // The template applied is the planned revision's, from that revision's spec.
-    const jw = { ...raw, spec: r.deploySpec } as unknown as JobWorker;
-    children.push(
-      desiredDeployment(jw, r.deployRevision, appliedReplicas),
-      desiredMetricsService(jw),
-      desiredPdb(jw),
-    );
-    if (!deployment)
+    // The template applied is the planned revision's, from that revision's
+    // spec, or the live one kept as it is (see planRollout).
+    const jw = { ...raw, spec: r.deploySpec ?? spec } as unknown as JobWorker;
+    const d = r.deploySpec
+      ? desiredDeployment(jw, r.deployRevision, appliedReplicas)
+      : deployment && liveTemplateDeployment(jw, deployment, appliedReplicas);
+    children.push(...(d ? [d] : []), desiredMetricsService(jw), desiredPdb(jw));
+    if (!deployment && r.deploySpec)
       createdEvent = {
         type: 'Normal',
         reason: 'DeploymentCreated',
@@ -181,7 +183,7 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       events.push({
         type: 'Normal',
         reason: 'RevisionChanged',
-        message: `Rolling to revision ${r.targetRevision} (${r.deploySpec.image}).`,
+        message: `Rolling to revision ${r.targetRevision}${r.deploySpec ? ` (${r.deploySpec.image})` : ''}.`,
       });
     events.push(...r.events);
     if (deployment && scaling && !r.scaleToZero && !paused && desiredReplicas !== current)
@@ -206,7 +208,12 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     appliedReplicas,
     checkWorkers ? (i.answers.workers ?? []) : undefined,
   );
-  if (workers.status === 'False')
+  // Once per fault, not for every change of the ready count while it lasts.
+  const before = previous?.conditions?.find((c) => c.type === 'WorkersReady');
+  if (
+    workers.status === 'False' &&
+    (before?.status !== 'False' || before.reason !== workers.reason)
+  )
     events.push({ type: 'Warning', reason: 'WorkersNotReady', message: workers.message });
   const pause = spec && pauseSwitch(raw);
   if (pause && paused !== pausedBefore)
@@ -259,46 +266,42 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
 }
 
 /**
- * The revision a paused fleet holds: the one its Deployment runs, from that
- * revision's recorded spec. Undefined when there is none yet (a JobWorker
- * created paused): then the spec's revision is planned as usual, at 0.
+ * The Deployment with its live pod template untouched (the revision that
+ * runs, gate-checked when it started) at `replicas`: what a paused fleet
+ * holds, and what keeps running while the revision to move to cannot start.
  */
-function heldRevision(
-  obs: Observation,
-  previous: JobWorkerStatus | undefined,
-  answers: PlanAnswers,
-): { revision: string; spec: JobWorkerSpec } | { need: PlanNeed } | undefined {
-  const revision = revisionOf(obs.deployment);
-  if (!revision || !obs.spec) return undefined;
-  // Paused with the spec unchanged (the usual case): the spec is the revision's own.
-  const entry = previous?.history?.find((h) => h.revision === revision);
-  const jw = { ...obs.raw, spec: obs.spec } as unknown as JobWorker;
-  if (entry?.templateHash === templateHash(jw)) return { revision, spec: obs.spec };
-  const spec = recordedSpec(revision, previous?.history, answers);
-  if (spec && 'need' in spec) return spec;
-  return spec && { revision, spec };
+function liveTemplateDeployment(jw: JobWorker, live: KubeObject, replicas: number): KubeObject {
+  const d = desiredDeployment(jw, revisionOf(live) ?? '', replicas);
+  const template = (live.spec as { template?: unknown } | undefined)?.template;
+  return { ...d, spec: { ...(d.spec as object), template } };
 }
 
 /**
- * Resumed: an analysis the pause interrupted starts its window again, against
- * the age now — the backlog the pause left is not the new revision's doing.
+ * Resumed: the windows a pause interrupted start again. An analysis starts
+ * its window now, anchored at the first age read once a worker consumes (the
+ * backlog the pause left is not the new revision's doing); a rollback's
+ * verification gets its window again, against the age now.
  */
-function resumedAnalysis(
+function resumed(
   previous: JobWorkerStatus | undefined,
   scaling: ScalingOutcome | undefined,
+  verifySeconds: number,
   now: Date,
 ): JobWorkerStatus | undefined {
-  const a = previous?.analysis;
-  if (!a) return previous;
+  if (!previous) return previous;
+  const a = previous.analysis;
+  const r = previous.rollout;
   const age = scaling?.signalOk ? scaling.oldestAgeSeconds : undefined;
   return {
     ...previous,
-    analysis: {
-      revision: a.revision,
-      stable: a.stable,
-      startedAt: iso(now),
-      ...(age !== undefined && { ageAtStart: age }),
-    },
+    ...(a && { analysis: { revision: a.revision, stable: a.stable, startedAt: iso(now) } }),
+    ...(r?.phase === 'Verifying' && {
+      rollout: {
+        ...r,
+        verifyUntil: iso(new Date(now.getTime() + verifySeconds * 1000)),
+        ...(age !== undefined && { ageAtRestore: Math.round(age) }),
+      },
+    }),
   };
 }
 

@@ -12,6 +12,7 @@ import type { ConditionInput } from './conditions.js';
 import {
   TERMINATION_MARGIN_SECONDS,
   revisionOf,
+  revisionRecordName,
   contractHash,
   deployedContract,
   templateHash,
@@ -75,9 +76,9 @@ export interface RolloutPlan {
   specRevision: string;
   /** the revision being moved to (status.updateRevision) */
   targetRevision: string;
-  /** the template to apply: this revision, from this spec */
+  /** the template to apply: this revision, from this spec; the live template when undefined */
   deployRevision: string;
-  deploySpec: JobWorkerSpec;
+  deploySpec: JobWorkerSpec | undefined;
   scaleToZero: boolean;
   status: RolloutStatus;
   requeueMs?: number;
@@ -98,23 +99,27 @@ function contractOf(e: HistoryEntry | undefined): Contract | undefined {
 /**
  * The spec of a revision other than the spec's own: from an entry written by
  * an earlier version, else from its ControllerRevision (asked for once).
- * Undefined when neither has it.
+ * Undefined when neither has it, or when what is recorded does not carry the
+ * contract history says the revision has (a record left by another object of
+ * the same name): such a spec is never deployed under the revision's label.
  */
 export function recordedSpec(
   revision: string,
   history: readonly HistoryEntry[] | undefined,
   answers: RolloutAnswers,
 ): JobWorkerSpec | undefined | { need: RolloutNeed } {
-  const legacy = history?.find((h) => h.revision === revision)?.spec;
-  const raw =
-    legacy ??
-    (answers.revisionSpecs && revision in answers.revisionSpecs
-      ? answers.revisionSpecs[revision]
-      : undefined);
-  if (!legacy && !(answers.revisionSpecs && revision in answers.revisionSpecs))
-    return { need: { kind: 'revisionSpec', revision } };
+  const entry = history?.find((h) => h.revision === revision);
+  const asked = !!answers.revisionSpecs && revision in answers.revisionSpecs;
+  if (!entry?.spec && !asked) return { need: { kind: 'revisionSpec', revision } };
+  const raw = entry?.spec ?? answers.revisionSpecs?.[revision];
   const p = raw ? parseSpec(raw) : undefined;
-  return p?.ok ? p.spec : undefined;
+  if (!p?.ok) return undefined;
+  const c = p.spec.contract;
+  const sameContract =
+    !entry?.keyRule ||
+    (c.idempotencyKey === entry.keyRule &&
+      [...c.schemaVersions].sort().join() === [...(entry.schemaVersions ?? [])].sort().join());
+  return sameContract ? p.spec : undefined;
 }
 
 /** The Deployment runs `revision` on every replica it wants, all ready. */
@@ -180,6 +185,15 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
     const pods = a.pods?.[target];
     if (!pods) return { need: { kind: 'pods', revision: target } };
     const crashLooping = pods.some((p) => p.restarts >= CRASH_LOOP_RESTARTS);
+    // An analysis not yet anchored (restarted on resume from a pause) waits
+    // for a consumer: the age rising while pods start is not the revision's.
+    const ready = Number(
+      (i.deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas ?? 0,
+    );
+    const unanchored =
+      previous?.analysis?.revision === target &&
+      previous.analysis.ageAtStart === undefined &&
+      ready === 0;
     const analysis_ = analyze({
       now,
       state: previous?.analysis,
@@ -188,7 +202,7 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       objectiveSeconds: spec.scaling.targetOldestAgeSeconds,
       revision: target,
       stable,
-      ageSeconds: i.ageSeconds,
+      ageSeconds: unanchored ? undefined : i.ageSeconds,
       crashLooping,
     });
     analysis = analysis_.state;
@@ -336,12 +350,29 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       message: `Revision ${aborted} stays off after its automatic rollback: change the spec (a new revision) to roll forward again.`,
     });
 
+  // The template to apply: the spec's own; the live one, untouched, when the
+  // revision to run is the one running; else the revision's recorded spec. A
+  // revision whose spec is not recorded is never started from another spec.
   const deployRevision = step.deploy.revision;
-  let deploySpec = spec;
+  let deploySpec: JobWorkerSpec | undefined = spec;
   if (deployRevision !== specRevision) {
-    const recorded = recordedSpec(deployRevision, history, a);
-    if (recorded && 'need' in recorded) return recorded;
-    deploySpec = recorded ?? spec;
+    if (deployRevision === deployed) deploySpec = undefined;
+    else {
+      const recorded = recordedSpec(deployRevision, history, a);
+      if (recorded && 'need' in recorded) return recorded;
+      deploySpec = recorded;
+      if (!recorded && !blocked) {
+        blocked = true;
+        const message = `Revision ${deployRevision}'s spec is not recorded (no ControllerRevision ${revisionRecordName(raw.metadata.name, deployRevision)} of this JobWorker with its contract), so it cannot be started; ${deployed ? `revision ${deployed} keeps running` : 'nothing is started'}. Re-apply revision ${deployRevision}'s spec to go back to it.`;
+        conditions.push({
+          type: 'RolloutBlocked',
+          status: 'True',
+          reason: 'RevisionSpecUnknown',
+          message,
+        });
+        events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
+      }
+    }
   }
   return {
     history,

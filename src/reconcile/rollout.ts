@@ -328,15 +328,18 @@ export function analyze(i: AnalysisInput): {
 } {
   if (!i.autoRollback || !i.stable || i.stable === i.revision) return { state: undefined };
   const now = i.now;
-  const st: AnalysisState =
-    i.state && i.state.revision === i.revision
-      ? i.state
-      : {
-          revision: i.revision,
-          stable: i.stable,
-          startedAt: iso(now),
-          ...(i.ageSeconds !== undefined ? { ageAtStart: i.ageSeconds } : {}),
-        };
+  const known = i.state && i.state.revision === i.revision ? i.state : undefined;
+  const st: AnalysisState = known
+    ? // anchored at the first age read, when there was none at the start
+      known.ageAtStart === undefined && i.ageSeconds !== undefined
+      ? { ...known, ageAtStart: i.ageSeconds }
+      : known
+    : {
+        revision: i.revision,
+        stable: i.stable,
+        startedAt: iso(now),
+        ...(i.ageSeconds !== undefined ? { ageAtStart: i.ageSeconds } : {}),
+      };
   if (now.getTime() - Date.parse(st.startedAt) > i.analysisSeconds * 1000)
     return { state: undefined };
   if (i.crashLooping)

@@ -9,6 +9,23 @@ import { PASSING } from '../../worker/readiness.js';
 import { parseWorkerWords, type WorkerReport } from '../reconcile/workers.js';
 
 const ASK_AT_MOST = 5;
+
+/** Waiting reasons of a container that never starts, and what to do about each. */
+const IMAGE_OR_CONFIG: Record<string, { message: string; fix: string }> = {
+  ImagePullBackOff: {
+    message: 'the worker image cannot be pulled',
+    fix: 'check spec.image and the pull secret (podTemplate.serviceAccountName)',
+  },
+  ErrImagePull: {
+    message: 'the worker image cannot be pulled',
+    fix: 'check spec.image and the pull secret (podTemplate.serviceAccountName)',
+  },
+  InvalidImageName: { message: 'spec.image is not a valid image name', fix: 'fix spec.image' },
+  CreateContainerConfigError: {
+    message: 'the container cannot be configured (a Secret or key it names is missing)',
+    fix: '`kubectl describe pod` names it; create it or fix the reference',
+  },
+};
 const TIMEOUT_MS = 1000;
 
 interface PodShape {
@@ -47,6 +64,15 @@ async function reportOf(pod: KubeObject & PodShape): Promise<WorkerReport> {
   // A worker that exited saying why, and is starting again, still has that fault until it is ready.
   const last = worker?.lastState?.terminated;
   const lastWords = last ? parseWorkerWords(last.message ?? '') : undefined;
+  // The kubelet cannot start the container at all: the image or its config.
+  const waiting = worker?.state?.waiting?.reason;
+  if (waiting && IMAGE_OR_CONFIG[waiting])
+    return {
+      pod: name,
+      reason: waiting,
+      message: IMAGE_OR_CONFIG[waiting].message,
+      fix: IMAGE_OR_CONFIG[waiting].fix,
+    };
   const ip = pod.status?.podIP;
   if (ip && !worker?.state?.waiting) {
     const port =

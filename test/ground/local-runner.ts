@@ -108,6 +108,8 @@ export class LocalRunner {
   private readonly lastExit = new Map<string, { code: number; message: string; at: string }>();
   /** pods whose process is being started: a second event for them must not start another */
   private readonly starting = new Set<string>();
+  /** pods whose process crashed and waits for its restart: only the restart timer starts it */
+  private readonly backingOff = new Set<string>();
   private informer: Informer | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private prober: NodeJS.Timeout | undefined;
@@ -225,7 +227,7 @@ export class LocalRunner {
       else if (!r) await this.remove(pod);
       return;
     }
-    if (!r && !this.stopped && !this.starting.has(key)) {
+    if (!r && !this.stopped && !this.starting.has(key) && !this.backingOff.has(key)) {
       this.starting.add(key);
       this.record(pod, name, 'seen');
       const current = this.informer?.cache.get(key) as Pod | undefined;
@@ -316,6 +318,7 @@ export class LocalRunner {
       this.record(pod, name, 'exited', `code ${proc.exitCode ?? proc.signalCode}`);
       if (r.terminating || this.stopped) return;
       // Crashed: restart after a short backoff, as the kubelet would (restartPolicy Always).
+      this.backingOff.add(key);
       this.running.delete(key);
       this.lastExit.set(key, {
         code: proc.exitCode ?? 137,
@@ -326,6 +329,7 @@ export class LocalRunner {
         () => undefined,
       );
       await new Promise((res) => setTimeout(res, Math.min(10_000, 500 * 2 ** restarts)));
+      this.backingOff.delete(key);
       const current = this.informer?.cache.get(key) as Pod | undefined;
       if (current && !current.metadata.deletionTimestamp && !this.stopped)
         await this.launch(key, current, restarts + 1);
@@ -459,7 +463,7 @@ export class LocalRunner {
 
 /** A loopback address of its own for a pod (all of 127.0.0.0/8 is local on Linux), free on `port`. */
 async function freeLoopback(port: number): Promise<string> {
-  for (;;) {
+  for (let attempt = 0; attempt < 50; attempt++) {
     const ip = `127.${randomInt(1, 255)}.${randomInt(0, 256)}.${randomInt(1, 255)}`;
     const free = await new Promise<boolean>((resolve) => {
       const s = net.createServer();
@@ -468,4 +472,7 @@ async function freeLoopback(port: number): Promise<string> {
     });
     if (free) return ip;
   }
+  throw new Error(
+    `no loopback address free on port ${port} (Linux routes all of 127.0.0.0/8 to lo; is something listening on *:${port}?)`,
+  );
 }

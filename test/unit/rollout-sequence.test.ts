@@ -101,6 +101,8 @@ class World {
   /** the revision whose pods consumed most recently, and its contract */
   private running: { revision: string; contract: Contract } | undefined;
   private memory: ScalingMemory | undefined;
+  /** how long a new pod takes to be ready */
+  startS = START_S;
   /** each revision's recorded spec (its ControllerRevision), by revision */
   readonly records = new Map<string, Record<string, unknown>>();
 
@@ -229,8 +231,8 @@ class World {
     for (const p of this.pods) {
       if (p.terminatingAt !== undefined) continue;
       if (p.crashLoop) {
-        if (this.t - p.createdAt >= START_S) p.restarts++;
-      } else if (this.t - p.createdAt >= START_S) p.ready = true;
+        if (this.t - p.createdAt >= this.startS) p.restarts++;
+      } else if (this.t - p.createdAt >= this.startS) p.ready = true;
     }
     this.pods = this.pods.filter(
       (p) =>
@@ -564,6 +566,22 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
     expect(w.outcome()).toMatchObject({ running: ['2'], deployed: '2', phase: 'Blocked' });
   });
 
+  it("a rollback whose target's spec is not recorded is blocked, never started from another spec", () => {
+    const w = settled({ age: rising(30) });
+    w.edit(specJson({ image: 'registry.example.com/w:2' }));
+    w.records.delete('1'); // its ControllerRevision deleted by hand
+    w.run(200);
+    expect(w.violations).toEqual([]);
+    expect(w.status?.conditions?.find((c) => c.type === 'RolloutBlocked')).toMatchObject({
+      status: 'True',
+      reason: 'RevisionSpecUnknown',
+    });
+    // No pod ever ran revision 1's label with revision 2's template.
+    const templates = w.pods.map((p) => [p.revision, p.contract.keyRule]);
+    expect(templates.every(([rev]) => rev === '2')).toBe(true);
+    expect(w.outcome()).toMatchObject({ running: ['2'], deployed: '2' });
+  });
+
   it('a crash-looping revision is rolled back', () => {
     const w = settled({ crashLoops: ['2'] });
     w.edit(specJson({ image: 'registry.example.com/w:2' }));
@@ -626,7 +644,7 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
 
     // Revision 2 rolls out at t=10; paused at t=30, mid-analysis, while the
     // backlog grows; resumed at t=230.
-    const pausedMidAnalysis = (afterResume: (t: number) => number) => {
+    const pausedMidAnalysis = (afterResume: (t: number) => number, startS = START_S) => {
       const age = (t: number) => (t <= 30 ? 5 : t <= 230 ? 5 + (t - 30) : afterResume(t - 230));
       const w = settled({ age });
       w.edit(specJson({ image: 'registry.example.com/w:2' }));
@@ -636,6 +654,7 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
       w.run(200);
       expect(w.status?.lastRollback).toBeUndefined();
       expect(w.status?.phase).toBe('Paused');
+      w.startS = startS;
       w.edit(specJson({ image: 'registry.example.com/w:2', paused: false }));
       w.run(150);
       expect(w.violations).toEqual([]);
@@ -644,6 +663,13 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
 
     it('paused mid-analysis: the backlog the pause left does not roll the revision back', () => {
       const w = pausedMidAnalysis((t) => Math.max(5, 205 - t * 10));
+      expect(w.outcome()).toMatchObject({ running: ['2'], currentRevision: '2', phase: 'Healthy' });
+      expect(w.status?.lastRollback).toBeUndefined();
+    });
+
+    it('paused mid-analysis: pods slow to start after resume (age rising meanwhile) do not roll it back', () => {
+      // 30 s to start: the age keeps rising until a worker consumes, then falls.
+      const w = pausedMidAnalysis((t) => (t < 30 ? 205 + t : Math.max(5, 235 - (t - 30) * 10)), 30);
       expect(w.outcome()).toMatchObject({ running: ['2'], currentRevision: '2', phase: 'Healthy' });
       expect(w.status?.lastRollback).toBeUndefined();
     });
