@@ -374,7 +374,7 @@ describe('kubectl jobworker', () => {
     const none = await jw('undo', NAME, '--to-revision', '9');
     expect(none.code).toBe(2);
     expect(none.stderr).toContain('revision 9 is not in the history');
-  });
+  }, 180_000); // a watched rollback and a dozen kubectl runs: slow on a loaded machine
 });
 
 describe('an operator killed mid-rollback', () => {
