@@ -107,6 +107,18 @@ export function operatorMetrics(registry = new client.Registry()) {
       labelNames: ['controller', 'result'],
       registers: r,
     }),
+    apiRequests: new client.Counter({
+      name: 'jobfleet_api_requests_total',
+      help: 'Requests to the Kubernetes API by verb, resource and HTTP status code',
+      labelNames: ['verb', 'resource', 'code'],
+      registers: r,
+    }),
+    watchRestarts: new client.Counter({
+      name: 'jobfleet_watch_restarts_total',
+      help: 'Watches reopened after the first (timeouts, errors, 410 Gone), by kind',
+      labelNames: ['kind'],
+      registers: r,
+    }),
     workQueueRetries: new client.Counter({
       name: 'jobfleet_workqueue_retries_total',
       help: 'Keys put back on a work queue with backoff after a failed reconcile',

@@ -9,6 +9,7 @@ import { JobWorkerReconciler } from './controller/reconciler.js';
 import { LeadershipTerm } from './controller/term.js';
 import type { KubeClient } from './kube/client.js';
 import { EventRecorder } from './kube/events.js';
+import { requestKind } from './kube/request-kind.js';
 import { operatorMetrics, type OperatorMetrics } from './metrics.js';
 import { DeadLetterReader } from './signals/dead-letters.js';
 
@@ -58,6 +59,15 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const events = new EventRecorder(o.client, 'jobfleet-operator', log, Date.now, () =>
     metrics.apiWrites.inc({ kind: 'Event' }),
   );
+  o.client.onRequestDone = (method, path, status) => {
+    const k = requestKind(method, path, status);
+    if (k)
+      metrics.apiRequests.inc({
+        verb: k.verbs[0] ?? method.toLowerCase(),
+        resource: k.group ? `${k.resource}.${k.group}` : k.resource,
+        code: String(status),
+      });
+  };
   const namespaces = o.namespaces?.length ? o.namespaces : [undefined];
   const deadLetters = new DeadLetterReader();
   // The current leadership term (see ./controller/term.ts); undefined while standing by.
@@ -88,6 +98,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
         replayProgressMs: o.replayProgressMs,
         onQueues: (delta) => metrics.workQueues.inc(delta),
         onRetry: (name) => metrics.workQueueRetries.inc({ name }),
+        onWatchRestart: (kind) => metrics.watchRestarts.inc({ kind }),
         onReconciled: (controller, result) => metrics.reconcileTotal.inc({ controller, result }),
       });
     },

@@ -16,6 +16,8 @@ export interface InformerOptions {
   resyncMs: number;
   onChange(key: string, obj: KubeObject | undefined): void;
   log: Logger;
+  /** each watch opened after the first (a timeout, an error, a 410): jobfleet_watch_restarts_total */
+  onWatchRestart?: () => void;
 }
 
 export const keyOf = (o: { metadata: { namespace?: string; name: string } }) =>
@@ -92,7 +94,8 @@ export class Informer {
   }
 
   private async watch(): Promise<void> {
-    while (!this.stopped) {
+    for (let opened = 0; !this.stopped; opened++) {
+      if (opened > 0) this.opts.onWatchRestart?.();
       let gone = false;
       try {
         await new Promise<void>((resolve, reject) => {

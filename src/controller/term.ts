@@ -29,6 +29,8 @@ export interface TermDeps {
   replayProgressMs?: number;
   /** told when the term's queues start and stop (the work-queue gauge) */
   onQueues?: (delta: number) => void;
+  /** a watch reopened, for jobfleet_watch_restarts_total */
+  onWatchRestart?: (kind: string) => void;
   /** a key put back with backoff, for jobfleet_workqueue_retries_total */
   onRetry?: (queue: Controller) => void;
   /** each reconcile's result, for jobfleet_reconcile_total */
@@ -65,6 +67,7 @@ export class LeadershipTerm {
       const jobWorkers = new Informer(d.client, {
         apiVersion: API_VERSION,
         kind: KIND,
+        onWatchRestart: () => d.onWatchRestart?.(KIND),
         namespace,
         resyncMs: d.resyncMs,
         log,
@@ -74,6 +77,7 @@ export class LeadershipTerm {
       const deployments = new Informer(d.client, {
         apiVersion: 'apps/v1',
         kind: 'Deployment',
+        onWatchRestart: () => d.onWatchRestart?.('Deployment'),
         namespace,
         labelSelector: 'app.kubernetes.io/managed-by=jobfleet',
         resyncMs: 24 * 3600_000,
@@ -93,6 +97,7 @@ export class LeadershipTerm {
         new Informer(d.client, {
           apiVersion: API_VERSION,
           kind: REPLAY_KIND,
+          onWatchRestart: () => d.onWatchRestart?.(REPLAY_KIND),
           namespace,
           resyncMs: d.resyncMs,
           log,

@@ -90,6 +90,8 @@ export class KubeClient {
   private agent: http.Agent | undefined;
   /** sees every call (method, path, status): the RBAC test records what the operator uses */
   onRequest?: (method: string, path: string, status: number) => void;
+  /** also sees every call: the operator's request metrics */
+  onRequestDone?: (method: string, path: string, status: number) => void;
 
   constructor(readonly kc: k8s.KubeConfig) {
     const cluster = kc.getCurrentCluster();
@@ -156,6 +158,7 @@ export class KubeClient {
           }
           const status = res.statusCode ?? 0;
           this.onRequest?.(method, path, status);
+          this.onRequestDone?.(method, path, status);
           if (status >= 200 && status < 300) {
             resolve(parsed as T);
             return;

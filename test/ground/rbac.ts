@@ -1,5 +1,7 @@
 // RBAC as data: the rules a chart grants and the calls a process made, both
 // as (apiGroup, resource, verb) triples, and the difference between them.
+import { requestKind } from '../../src/kube/request-kind.js';
+
 export interface Rule {
   apiGroups?: string[];
   resources?: string[];
@@ -17,42 +19,10 @@ export function triplesOfRules(rules: Rule[]): Set<Triple> {
   return out;
 }
 
-/**
- * The RBAC verbs one HTTP call needs. A server-side apply that answers 201
- * created the object: that takes `create` as well as `patch`.
- */
+/** The RBAC verbs one HTTP call needs (src/kube/request-kind.ts). */
 export function triplesOfCall(method: string, path: string, status: number): Triple[] {
-  const [p, query = ''] = path.split('?');
-  const parts = (p ?? '').split('/').filter(Boolean);
-  let group: string;
-  let rest: string[];
-  if (parts[0] === 'api') {
-    group = '';
-    rest = parts.slice(2);
-  } else if (parts[0] === 'apis') {
-    group = parts[1] ?? '';
-    rest = parts.slice(3);
-  } else return [];
-  if (rest[0] === 'namespaces' && rest.length >= 3) rest = rest.slice(2);
-  const [resource, name, sub] = rest;
-  if (!resource) return [];
-  const res = sub ? `${resource}/${sub}` : resource;
-  const watch = method === 'WATCH' || /(^|&)watch=(1|true)/.test(query);
-  const verbs =
-    method === 'GET' || method === 'WATCH'
-      ? [watch ? 'watch' : name ? 'get' : 'list']
-      : method === 'POST'
-        ? ['create']
-        : method === 'PATCH'
-          ? status === 201
-            ? ['patch', 'create']
-            : ['patch']
-          : method === 'PUT'
-            ? ['update']
-            : method === 'DELETE'
-              ? [name ? 'delete' : 'deletecollection']
-              : [];
-  return verbs.map((v): Triple => `${group}|${res}|${v}`);
+  const k = requestKind(method, path, status);
+  return (k?.verbs ?? []).map((v): Triple => `${k!.group}|${k!.resource}|${v}`);
 }
 
 export function compareRbac(

@@ -82,6 +82,10 @@ describe('metrics and logs', () => {
         : undefined;
     });
     expect(operatorText).toMatch(/^process_resident_memory_bytes /m);
+    // every call counted by verb, resource and code: the first reconcile's applies included
+    expect(operatorText).toMatch(
+      /^jobfleet_api_requests_total\{verb="patch",resource="deployments\.apps",code="20[01]"\} [1-9]/m,
+    );
     expect(operatorText).toMatch(/^nodejs_eventloop_lag_seconds /m);
 
     const w = await h.startWorker();
