@@ -7,6 +7,8 @@
 //   JOBFLEET_LEASE_NAME           default jobfleet-operator
 //   JOBFLEET_LEASE_DURATION_SECONDS  default 15 (renew deadline 10 s, retry every 2 s)
 //   JOBFLEET_OPERATOR_PORT        /healthz /readyz /metrics, default 8080
+//   JOBFLEET_OPERATOR_HOST        the address they listen on, default all interfaces
+//   JOBFLEET_CONCURRENCY          JobWorker reconciles at once, default 4 (sized for a 2-core pod)
 //   JOBFLEET_RESYNC_SECONDS       every JobWorker is reconciled at least this often, default 300
 //   JOBFLEET_PROMETHEUS_URL       Prometheus scraping the workers (throttling signal); per JobWorker: spec.scaling.prometheusUrl
 //   LOG_LEVEL                     default info
@@ -16,6 +18,14 @@ import { KubeClient } from './kube/client.js';
 import { startOperator } from './operator.js';
 
 const log = createLogger();
+
+function positive(v: string | undefined, name: string): number | undefined {
+  if (v === undefined || v === '') return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1)
+    throw new Error(`${name} must be a whole number of 1 or more, got "${v}"`);
+  return n;
+}
 const env = process.env;
 const leaseSeconds = Number(env.JOBFLEET_LEASE_DURATION_SECONDS ?? 15);
 const operator = await startOperator({
@@ -35,6 +45,7 @@ const operator = await startOperator({
   },
   port: Number(env.JOBFLEET_OPERATOR_PORT ?? 8080),
   host: env.JOBFLEET_OPERATOR_HOST || undefined,
+  concurrency: positive(env.JOBFLEET_CONCURRENCY, 'JOBFLEET_CONCURRENCY') ?? 4,
   resyncMs: Number(env.JOBFLEET_RESYNC_SECONDS ?? 300) * 1000,
   prometheusUrl: env.JOBFLEET_PROMETHEUS_URL || undefined,
   log,

@@ -85,7 +85,8 @@ export class LeadershipTerm {
         onChange: (_key, obj) => {
           const owner = obj?.metadata.labels?.[LABEL_JOBWORKER];
           if (obj && owner)
-            q.add(keyOf({ metadata: { namespace: obj.metadata.namespace, name: owner } }));
+            // A wake-up of a JobWorker whose children exist: served before first-time creations.
+            q.add(keyOf({ metadata: { namespace: obj.metadata.namespace, name: owner } }), true);
         },
       });
       this.caches.set(`JobWorker/${namespace ?? ''}`, jobWorkers);

@@ -35,6 +35,10 @@ export interface WorkQueueOptions {
 
 export class WorkQueue {
   private readonly queue: string[] = [];
+  /** served first: wake-ups of objects whose children exist (status transitions) */
+  private readonly urgent: string[] = [];
+  /** keys added urgent while they ran: they go back urgent */
+  private readonly urgentAgain = new Set<string>();
   private readonly dirty = new Set<string>();
   private readonly processing = new Set<string>();
   private readonly failures = new Map<string, number>();
@@ -53,14 +57,33 @@ export class WorkQueue {
   }
 
   get length(): number {
-    return this.queue.length;
+    return this.queue.length + this.urgent.length;
   }
 
-  add(key: string): void {
-    if (this.stopped || this.dirty.has(key)) return;
+  /**
+   * Queues the key (merged with a pending add). `urgent` ones are served
+   * before the rest: during a mass create, the wake-up that turns a JobWorker
+   * Healthy does not wait behind every first-time creation.
+   */
+  add(key: string, urgent = false): void {
+    if (this.stopped) return;
+    if (this.dirty.has(key)) {
+      if (!urgent) return;
+      if (this.processing.has(key)) this.urgentAgain.add(key);
+      else {
+        const i = this.queue.indexOf(key);
+        if (i >= 0) {
+          this.queue.splice(i, 1);
+          this.urgent.push(key);
+        }
+      }
+      return;
+    }
     this.dirty.add(key);
-    if (!this.processing.has(key)) {
-      this.queue.push(key);
+    if (this.processing.has(key)) {
+      if (urgent) this.urgentAgain.add(key);
+    } else {
+      (urgent ? this.urgent : this.queue).push(key);
       this.pump();
     }
   }
@@ -104,13 +127,15 @@ export class WorkQueue {
     for (const d of this.delayed.values()) this.timers.clearTimeout(d.handle);
     this.delayed.clear();
     this.queue.length = 0;
+    this.urgent.length = 0;
+    this.urgentAgain.clear();
     this.dirty.clear();
     await this.idle();
   }
 
   /** Resolves when nothing is queued or running (tests, shutdown). */
   idle(): Promise<void> {
-    if (this.processing.size === 0 && (this.queue.length === 0 || !this.process))
+    if (this.processing.size === 0 && (this.length === 0 || !this.process))
       return Promise.resolve();
     return new Promise((r) => this.idleWaiters.push(r));
   }
@@ -118,8 +143,8 @@ export class WorkQueue {
   private pump(): void {
     const process = this.process;
     if (!process) return;
-    while (this.processing.size < this.opts.concurrency && this.queue.length) {
-      const key = this.queue.shift() as string;
+    while (this.processing.size < this.opts.concurrency && this.length) {
+      const key = (this.urgent.shift() ?? this.queue.shift()) as string;
       this.dirty.delete(key);
       this.processing.add(key);
       void this.run(process, key);
@@ -140,9 +165,11 @@ export class WorkQueue {
     } finally {
       this.processing.delete(key);
       // Added again while it ran: run it again, after the others already waiting.
-      if (this.dirty.has(key) && !this.stopped) this.queue.push(key);
+      if (this.dirty.has(key) && !this.stopped)
+        (this.urgentAgain.has(key) ? this.urgent : this.queue).push(key);
+      this.urgentAgain.delete(key);
       this.pump();
-      if (this.processing.size === 0 && this.queue.length === 0) {
+      if (this.processing.size === 0 && this.length === 0) {
         for (const w of this.idleWaiters.splice(0)) w();
       }
     }

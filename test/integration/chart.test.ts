@@ -104,6 +104,7 @@ describe('the Helm chart, rendered', () => {
       expect.arrayContaining([
         { name: 'JOBFLEET_WATCH_NAMESPACES', value: '' },
         { name: 'JOBFLEET_LEASE_NAME', value: 'jobfleet-operator' },
+        { name: 'JOBFLEET_CONCURRENCY', value: '4' },
         { name: 'LOG_LEVEL', value: 'info' },
       ]),
     );

@@ -125,4 +125,22 @@ describe('WorkQueue', () => {
     q.add('b');
     expect(q.length).toBe(0);
   });
+
+  it('serves urgent keys (wake-ups) before the others, and promotes a waiting key added urgent', async () => {
+    const q = new WorkQueue({ concurrency: 1 });
+    const order: string[] = [];
+    let release!: () => void;
+    const first = new Promise<void>((r) => (release = r));
+    q.start(async (key) => {
+      order.push(key);
+      if (key === 'busy') await first;
+    });
+    q.add('busy'); // holds the one slot while the rest arrive
+    for (const k of ['new-1', 'new-2', 'new-3']) q.add(k);
+    q.add('wake-1', true);
+    q.add('new-2', true); // a first-time creation whose Deployment now reports: promoted
+    release();
+    await q.idle();
+    expect(order).toEqual(['busy', 'wake-1', 'new-2', 'new-1', 'new-3']);
+  });
 });
