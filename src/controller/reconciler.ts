@@ -24,9 +24,6 @@ import { Observer, type ObjectCache } from './observe.js';
 import { answerNeed } from './plan-reads.js';
 import type { ProcessResult } from './workqueue.js';
 
-/** How long a verified child without a watch is trusted before it is read again (drift repair). */
-const VERIFY_EVERY_MS = 5 * 60_000;
-
 /** Every need answered at most once: a plan asks for a few things, never in a loop. */
 const MAX_PLAN_ROUNDS = 8;
 
@@ -51,6 +48,8 @@ export interface ReconcilerDeps {
   deadLetters?: DeadLetterReader;
   /** how often a JobWorker's quarantine is read (default 30 s) */
   deadLetterReadMs?: number;
+  /** how long a verified child without a watch is trusted before it is read again (drift repair; default 5 min) */
+  verifyEveryMs?: number;
 }
 
 /** Every value of limitedBy, so that the gauge reads 0 for those not in force. */
@@ -74,11 +73,13 @@ export class JobWorkerReconciler {
   private readonly now: () => Date;
   private readonly pollMs: number;
   private readonly deadLetterReadMs: number;
+  private readonly verifyEveryMs: number;
 
   constructor(private readonly d: ReconcilerDeps) {
     this.now = d.now ?? (() => new Date());
     this.pollMs = d.pollMs ?? 10_000;
     this.deadLetterReadMs = d.deadLetterReadMs ?? 30_000;
+    this.verifyEveryMs = d.verifyEveryMs ?? 5 * 60_000;
     this.observer = new Observer({
       client: d.client,
       metrics: d.metrics,
@@ -158,12 +159,17 @@ export class JobWorkerReconciler {
     try {
       // A revision's spec is recorded before its first pod can start.
       for (const record of plan.records) await this.record(raw, record);
+      // No Deployment in the synced cache: a new JobWorker (or its children
+      // deleted). Server-side apply creates what is absent, so nothing is
+      // read first.
+      const fresh = !obs.deployment;
       const deployment = plan.children.find((c) => c.kind === 'Deployment');
       if (deployment) {
-        const applied = await this.ensure(deployment, obs.deployment);
-        created = !obs.deployment && applied !== undefined;
+        const applied = await this.ensure(deployment, obs.deployment, fresh);
+        created = fresh && applied !== undefined;
       }
-      for (const child of plan.children) if (child !== deployment) await this.ensure(child);
+      for (const child of plan.children)
+        if (child !== deployment) await this.ensure(child, undefined, fresh);
       for (const record of plan.prune)
         await this.d.client.delete('apps/v1', 'ControllerRevision', namespace, record);
     } catch (err) {
@@ -248,22 +254,29 @@ export class JobWorkerReconciler {
    * Applies `desired` unless every field of it is already live. Returns the
    * object as the server has it after the apply (or undefined when skipped).
    */
-  private async ensure(desired: KubeObject, live?: KubeObject): Promise<KubeObject | undefined> {
+  private async ensure(
+    desired: KubeObject,
+    live?: KubeObject,
+    absent = false,
+  ): Promise<KubeObject | undefined> {
     const k = `${desired.kind}/${desired.metadata.namespace}/${desired.metadata.name}`;
     const h = JSON.stringify(desired);
     const known = this.verified.get(k);
     const now = this.now().getTime();
     // Children without a watch (Service, PDB): trust a recent verification of
     // the same desired object instead of a GET per reconcile.
-    if (!live && known?.hash === h && now - known.at < VERIFY_EVERY_MS) return undefined;
+    if (!live && !absent && known?.hash === h && now - known.at < this.verifyEveryMs)
+      return undefined;
     const current =
       live ??
-      (await this.d.client.find<KubeObject>(
-        desired.apiVersion,
-        desired.kind,
-        desired.metadata.namespace,
-        desired.metadata.name,
-      ));
+      (absent
+        ? undefined
+        : await this.d.client.find<KubeObject>(
+            desired.apiVersion,
+            desired.kind,
+            desired.metadata.namespace,
+            desired.metadata.name,
+          ));
     if (current && known?.hash === h && known.rv === current.metadata.resourceVersion)
       return undefined;
     if (current && isSubset(desired, current)) {

@@ -34,7 +34,7 @@ it makes (test/integration/chart.test.ts compares them with a recorded run).
   verbs: [patch]
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch]
+  verbs: [list, watch, create, patch]
 - apiGroups: [apps]
   resources: [controllerrevisions]
   verbs: [get, create, patch, delete]
