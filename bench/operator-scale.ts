@@ -1,18 +1,29 @@
-// Operator scale benchmark (issue 5): N JobWorkers created at once against a
-// real control plane (apiserver, controller manager, scheduler, kwok); time
-// until all are Healthy, the operator process's peak RSS, API writes per
-// JobWorker, and API writes during a steady-state window of resyncs.
+// Operator scale benchmark: N JobWorkers created at once against a real
+// control plane (apiserver, controller manager, scheduler, kwok); time until
+// all are Healthy against the floor (the same children applied directly, on
+// a fresh control plane, in the same run), when the first and the median turn
+// Healthy, API requests per JobWorker, the operator process's peak RSS, API
+// writes per JobWorker, and API writes during a steady-state window of resyncs.
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
+import { parseSpec, type JobWorker } from '../src/api/jobworker.js';
 import { KubeClient, type KubeObject } from '../src/kube/client.js';
+import { desiredDeployment, desiredMetricsService, desiredPdb } from '../src/reconcile/desired.js';
 import { freePort, repoRoot, startControlPlane } from '../test/ground/control-plane.js';
 import { installCrds } from '../test/ground/kube.js';
 
 export interface OperatorBench {
   count: number;
   convergeSeconds: number;
+  /** the control plane's own floor: the same children applied directly, on a fresh control plane, until all Available */
+  floorSeconds: number;
+  /** when the first and the median JobWorker turned Healthy */
+  firstHealthySeconds: number;
+  medianHealthySeconds: number;
+  /** API requests per JobWorker until converged, by verb (jobfleet_api_requests_total) */
+  requestsPerJobWorker: Record<string, number>;
   peakRssMiB: number;
   writesPerJobWorker: number;
   steadySeconds: number;
@@ -43,11 +54,90 @@ async function writesByKind(port: number): Promise<Record<string, number>> {
 
 const total = (w: Record<string, number>) => Object.values(w).reduce((a, b) => a + b, 0);
 
+/** API requests so far, by verb (the operator's jobfleet_api_requests_total). */
+async function requestsByVerb(port: number): Promise<Record<string, number>> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const out: Record<string, number> = {};
+  for (const l of text.split('\n').filter((x) => x.startsWith('jobfleet_api_requests_total{'))) {
+    const verb = /verb="([^"]+)"/.exec(l)?.[1] ?? '?';
+    out[verb] = (out[verb] ?? 0) + Number(l.split(' ').at(-1));
+  }
+  return out;
+}
+
+/** The example's JobWorker spec, without its management URL (nothing polls RabbitMQ). */
+function exampleSpec(): { broker: Record<string, unknown> } & Record<string, unknown> {
+  const example = parse(readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8')) as {
+    spec: { broker: Record<string, unknown> } & Record<string, unknown>;
+  };
+  delete example.spec.broker.managementUrlSecretRef;
+  return example.spec;
+}
+
+/**
+ * The floor: what the control plane itself needs for the same objects — each
+ * JobWorker's Deployment, Service and PDB (the operator's own templates, no
+ * owner) server-side applied directly in the same batches of 50, on a fresh
+ * control plane — until every Deployment is Available.
+ */
+async function floorSeconds(count: number): Promise<number> {
+  const plane = await startControlPlane({ beforeControllers: installCrds });
+  try {
+    const client = KubeClient.fromFile(plane.kubeconfigPath);
+    const namespace = 'floor';
+    await client.create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } });
+    const spec = parseSpec(exampleSpec());
+    if (!spec.ok) throw new Error(spec.problems.join('; '));
+    // no owner: the garbage collector would delete children of a JobWorker that does not exist
+    const unowned = (o: KubeObject): KubeObject => {
+      const metadata = { ...o.metadata };
+      delete metadata.ownerReferences;
+      return { ...o, metadata };
+    };
+    const t0 = performance.now();
+    const names = Array.from({ length: count }, (_, i) => `w-${String(i).padStart(4, '0')}`);
+    for (let i = 0; i < names.length; i += 50) {
+      await Promise.all(
+        names.slice(i, i + 50).map(async (name) => {
+          const jw = {
+            apiVersion: 'jobfleet.dev/v1alpha1',
+            kind: 'JobWorker',
+            metadata: { name, namespace, uid: 'floor', generation: 1 },
+            spec: spec.spec,
+          } as JobWorker;
+          for (const o of [
+            desiredDeployment(jw, '1', 1),
+            desiredMetricsService(jw),
+            desiredPdb(jw),
+          ])
+            await client.apply(unowned(o), 'floor');
+        }),
+      );
+    }
+    for (;;) {
+      const list = await client.list<
+        KubeObject & { status?: { availableReplicas?: number; observedGeneration?: number } }
+      >('apps/v1', 'Deployment', namespace);
+      const available = list.items.filter(
+        (d) =>
+          (d.status?.availableReplicas ?? 0) >= 1 &&
+          (d.status?.observedGeneration ?? 0) >= (d.metadata.generation ?? 0),
+      ).length;
+      if (available === count) break;
+      await sleep(1000);
+    }
+    return (performance.now() - t0) / 1000;
+  } finally {
+    await plane.stop();
+  }
+}
+
 export async function runOperatorBench(opts: {
   count: number;
   steadySeconds: number;
   resyncSeconds: number;
 }): Promise<OperatorBench> {
+  const floor = await floorSeconds(opts.count);
   const plane = await startControlPlane({ beforeControllers: installCrds });
   const client = KubeClient.fromFile(plane.kubeconfigPath);
   const namespace = 'bench';
@@ -86,12 +176,9 @@ export async function runOperatorBench(opts: {
         break;
       await sleep(200);
     }
-    const example = parse(readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8')) as {
-      spec: { broker: Record<string, unknown> };
-    };
     // Without the management URL: the run measures the control-plane work, not
     // 1000 JobWorkers polling one RabbitMQ's management API (as earlier runs did).
-    delete example.spec.broker.managementUrlSecretRef;
+    const example = { spec: exampleSpec() };
     const t0 = performance.now();
     const names = Array.from({ length: opts.count }, (_, i) => `w-${String(i).padStart(4, '0')}`);
     for (let i = 0; i < names.length; i += 50) {
@@ -106,18 +193,26 @@ export async function runOperatorBench(opts: {
         ),
       );
     }
+    // When each JobWorker first reads Healthy (polled every second): progressive, or all at the end?
+    const healthyAt = new Map<string, number>();
     for (;;) {
       const list = await client.list<
         KubeObject & { status?: { phase?: string; observedGeneration?: number } }
       >('jobfleet.dev/v1alpha1', 'JobWorker', namespace);
-      const healthy = list.items.filter(
-        (j) =>
-          j.status?.phase === 'Healthy' && j.status.observedGeneration === j.metadata.generation,
-      ).length;
-      if (healthy === opts.count) break;
+      const now = (performance.now() - t0) / 1000;
+      for (const j of list.items)
+        if (
+          j.status?.phase === 'Healthy' &&
+          j.status.observedGeneration === j.metadata.generation &&
+          !healthyAt.has(j.metadata.name)
+        )
+          healthyAt.set(j.metadata.name, now);
+      if (healthyAt.size === opts.count) break;
       await sleep(1000);
     }
     const convergeSeconds = (performance.now() - t0) / 1000;
+    const times = [...healthyAt.values()].sort((a, b) => a - b);
+    const requests = await requestsByVerb(port);
     // Let the last status writes and Deployment events settle, then watch a steady state.
     await sleep(5000);
     const settled = await writesByKind(port);
@@ -132,6 +227,12 @@ export async function runOperatorBench(opts: {
     return {
       count: opts.count,
       convergeSeconds,
+      floorSeconds: floor,
+      firstHealthySeconds: times[0] ?? 0,
+      medianHealthySeconds: times[Math.floor(times.length / 2)] ?? 0,
+      requestsPerJobWorker: Object.fromEntries(
+        Object.entries(requests).map(([verb, n]) => [verb, n / opts.count]),
+      ),
       peakRssMiB: peakRssMiB(operator.pid as number),
       writesPerJobWorker: total(settled) / opts.count,
       steadyByKind,

@@ -29,6 +29,8 @@ if (!only || only === 'claims') {
 ${renderClaimSection(r)}`,
   );
 }
+const total = (w: Record<string, number>) => Object.values(w).reduce((a, b) => a + b, 0);
+
 if (!only || only === 'operator') {
   const quick = process.argv.includes('--quick');
   const r = await runOperatorBench({
@@ -44,11 +46,22 @@ ${r.count} JobWorkers (examples/jobworker.yaml without its management URL, so no
 (kube-apiserver, controller manager, scheduler, kwok marking pods Ready). The operator runs from source as its own process
 (\`src/main.ts\`, one namespace, 4 concurrent reconciles). Converged = every JobWorker \`Healthy\` at its generation.
 
-| JobWorkers | time to all converged | operator peak RSS | API writes per JobWorker | API writes in ${r.steadySeconds} s steady state (resync every ${r.resyncSeconds} s) |
-|---:|---:|---:|---:|---:|
-| ${r.count} | ${r.convergeSeconds.toFixed(1)} s | ${r.peakRssMiB.toFixed(0)} MiB | ${r.writesPerJobWorker.toFixed(2)} | ${r.steadyWrites} |
+| JobWorkers | time to all converged | floor (same children applied directly) | ratio | first / median Healthy | API requests per JobWorker | operator peak RSS | API writes per JobWorker | API writes in ${r.steadySeconds} s steady state (resync every ${r.resyncSeconds} s) |
+|---:|---:|---:|---:|---:|---|---:|---:|---:|
+| ${r.count} | ${r.convergeSeconds.toFixed(1)} s | ${r.floorSeconds.toFixed(1)} s | ${(r.convergeSeconds / r.floorSeconds).toFixed(2)}× | ${r.firstHealthySeconds.toFixed(0)} s / ${r.medianHealthySeconds.toFixed(0)} s (${((100 * r.medianHealthySeconds) / r.convergeSeconds).toFixed(0)} % of the total) | ${total(r.requestsPerJobWorker).toFixed(2)}: ${Object.entries(
+      r.requestsPerJobWorker,
+    )
+      .sort((a, b) => b[1] - a[1])
+      .map(([verb, n]) => `${verb} ${n.toFixed(2)}`)
+      .join(
+        ', ',
+      )} | ${r.peakRssMiB.toFixed(0)} MiB | ${r.writesPerJobWorker.toFixed(2)} | ${r.steadyWrites} |
 
-Writes per JobWorker: the Deployment, Service and PDB applies plus status writes as the rollout progresses
+The floor runs first, on a fresh control plane of its own (the operator's run then gets another), so neither
+sees the other's objects. API requests count every call the operator made until the last JobWorker turned
+Healthy (lists and watches included, spread over the JobWorkers).
+
+Writes per JobWorker: the Deployment, Service and PDB applies, the revision's ControllerRevision, plus status writes as the rollout progresses
 (created → pods ready). Steady state: every key is reconciled on each resync, and every 30 s to read its dead-letter
 quarantine (one grouped query per claims database, shared by its JobWorkers); applies and status writes are skipped
 when nothing changed, so the target is 0.${
