@@ -41,29 +41,28 @@ function peakRssMiB(pid: number): number {
   return kb / 1024;
 }
 
-/** API writes so far, by kind (the operator's jobfleet_api_writes_total). */
-async function writesByKind(port: number): Promise<Record<string, number>> {
+/** A counter of the operator's /metrics so far, summed by one label. */
+async function counterBy(
+  port: number,
+  metric: string,
+  label: string,
+): Promise<Record<string, number>> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
   const out: Record<string, number> = {};
-  for (const l of text.split('\n').filter((x) => x.startsWith('jobfleet_api_writes_total{'))) {
-    const kind = /kind="([^"]+)"/.exec(l)?.[1] ?? '?';
-    out[kind] = (out[kind] ?? 0) + Number(l.split(' ').at(-1));
+  for (const l of text.split('\n').filter((x) => x.startsWith(`${metric}{`))) {
+    const value = new RegExp(`${label}="([^"]+)"`).exec(l)?.[1] ?? '?';
+    out[value] = (out[value] ?? 0) + Number(l.split(' ').at(-1));
   }
   return out;
 }
+
+/** API writes so far, by kind (jobfleet_api_writes_total). */
+const writesByKind = (port: number) => counterBy(port, 'jobfleet_api_writes_total', 'kind');
+
+/** API requests so far, by verb (jobfleet_api_requests_total). */
+const requestsByVerb = (port: number) => counterBy(port, 'jobfleet_api_requests_total', 'verb');
 
 const total = (w: Record<string, number>) => Object.values(w).reduce((a, b) => a + b, 0);
-
-/** API requests so far, by verb (the operator's jobfleet_api_requests_total). */
-async function requestsByVerb(port: number): Promise<Record<string, number>> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const out: Record<string, number> = {};
-  for (const l of text.split('\n').filter((x) => x.startsWith('jobfleet_api_requests_total{'))) {
-    const verb = /verb="([^"]+)"/.exec(l)?.[1] ?? '?';
-    out[verb] = (out[verb] ?? 0) + Number(l.split(' ').at(-1));
-  }
-  return out;
-}
 
 /** The example's JobWorker spec, without its management URL (nothing polls RabbitMQ). */
 function exampleSpec(): { broker: Record<string, unknown> } & Record<string, unknown> {

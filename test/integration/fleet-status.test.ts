@@ -3,13 +3,13 @@
 // held against a growing backlog, resume scales up), and workers that cannot
 // work saying why — a refused broker password, an unreachable claims
 // database — on the JobWorker, where `kubectl get jw` shows it.
-import net from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
 import { testOperator, urlSecrets } from '../fixtures/operator.js';
 import { NAME, condition, runnerGround, type RunnerGround } from '../fixtures/runner-ground.js';
+import { freePort } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 
 let g: RunnerGround;
@@ -42,15 +42,6 @@ const events = async (reason: string) =>
       g.ns.namespace,
     )
   ).items.filter((e) => e.reason === reason);
-
-/** A port nothing listens on. */
-async function closedPort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 describe('pause and resume', () => {
   it('drains consumers within the deadline, holds 0 for 60 s against a growing backlog, and resume scales up', async () => {
@@ -182,7 +173,7 @@ describe('workers that cannot work say why on the JobWorker', () => {
 
   it('the claims database unreachable: ClaimsStoreUnreachable, with the fix', async () => {
     const url = new URL(g.h.db.url);
-    url.port = String(await closedPort());
+    url.port = String(await freePort());
     await urlSecrets(g.client, g.ns.namespace, { 'claims-down': url.toString() });
     op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000 });
     await g.apply(g.spec({ claims: { urlSecretRef: { name: 'claims-down', key: 'url' } } }));

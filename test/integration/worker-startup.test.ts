@@ -4,9 +4,8 @@
 // database that does not exist), it exits non-zero with the cause and what to
 // fix, instead of retrying forever as if something were down.
 import { spawn } from 'node:child_process';
-import net from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { repoRoot } from '../ground/control-plane.js';
+import { freePort, repoRoot } from '../ground/control-plane.js';
 import { harness, QUEUE, type Harness } from './worker-harness.js';
 
 let h: Harness;
@@ -41,15 +40,6 @@ function runWorker(env: Record<string, string>) {
   return { proc, exited };
 }
 
-/** A port nothing listens on. */
-async function closedPort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
-
 const withPassword = (url: string, password: string) => {
   const u = new URL(url);
   u.password = password;
@@ -59,7 +49,7 @@ const withPassword = (url: string, password: string) => {
 describe('a worker that cannot start', () => {
   it('broker unreachable: SIGTERM stops it within the drain deadline, exit 0', async () => {
     const w = runWorker({
-      JOBFLEET_BROKER_URL: `amqp://guest:guest@127.0.0.1:${await closedPort()}`,
+      JOBFLEET_BROKER_URL: `amqp://guest:guest@127.0.0.1:${await freePort()}`,
       JOBFLEET_DRAIN_DEADLINE_SECONDS: '2',
     });
     await new Promise((r) => setTimeout(r, 3000)); // connecting, retrying with backoff
