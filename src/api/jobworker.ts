@@ -377,6 +377,16 @@ export const conditionSchema = z.object({
 });
 export type Condition = z.infer<typeof conditionSchema>;
 
+/** What can set a JobWorker's replica count (status.scaling.limitedBy, the limited-by gauge). */
+export const LIMITED_BY = [
+  'age',
+  'downstream',
+  'maxReplicas',
+  'minReplicas',
+  'stabilization',
+  'signalMissing',
+] as const;
+
 export const PHASES = [
   'Healthy',
   'Progressing',
@@ -431,14 +441,7 @@ export const jobWorkerStatus = z
     scaling: z
       .object({
         limitedBy: z
-          .enum([
-            'age',
-            'downstream',
-            'maxReplicas',
-            'minReplicas',
-            'stabilization',
-            'signalMissing',
-          ])
+          .enum(LIMITED_BY)
           .optional()
           .describe(
             'What set the count: age, the downstream cap, a bound, the stabilization window, or no signal',

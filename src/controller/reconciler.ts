@@ -5,7 +5,7 @@
 // and a steady state makes no writes at all.
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
-import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
+import { API_VERSION, KIND, LIMITED_BY, type JobWorkerStatus } from '../api/jobworker.js';
 import { KubeApiError, type KubeClient, type KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder, type EventTarget } from '../kube/events.js';
 import type { OperatorMetrics } from '../metrics.js';
@@ -17,7 +17,6 @@ import {
   type PlanAnswers,
   type ScalingMemory,
 } from '../reconcile/plan.js';
-import type { LimitedBy } from '../reconcile/scaling.js';
 import { isSubset } from '../reconcile/subset.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { Observer, type ObjectCache } from './observe.js';
@@ -51,16 +50,6 @@ export interface ReconcilerDeps {
   /** how long a verified child without a watch is trusted before it is read again (drift repair; default 5 min) */
   verifyEveryMs?: number;
 }
-
-/** Every value of limitedBy, so that the gauge reads 0 for those not in force. */
-const LIMITS: readonly LimitedBy[] = [
-  'age',
-  'downstream',
-  'maxReplicas',
-  'minReplicas',
-  'stabilization',
-  'signalMissing',
-];
 
 export class JobWorkerReconciler {
   /** object key → resourceVersion we last applied or verified, per desired hash */
@@ -208,7 +197,7 @@ export class JobWorkerReconciler {
     const s = plan.scaling;
     if (s) {
       m.targetAge.set(labels, s.targetAgeSeconds);
-      for (const reason of LIMITS)
+      for (const reason of LIMITED_BY)
         m.limitedBy.set({ ...labels, reason }, s.limitedBy === reason ? 1 : 0);
       if (s.oldestAgeSeconds !== undefined) m.oldestAge.set(labels, s.oldestAgeSeconds);
       if (s.queueDepth !== undefined) m.queueDepth.set(labels, s.queueDepth);
@@ -315,7 +304,7 @@ export class JobWorkerReconciler {
     const m = this.d.metrics;
     for (const g of [m.oldestAge, m.queueDepth, m.desiredReplicas, m.targetAge, m.rolloutBlocked])
       g.remove(labels);
-    for (const reason of LIMITS) m.limitedBy.remove({ ...labels, reason });
+    for (const reason of LIMITED_BY) m.limitedBy.remove({ ...labels, reason });
     for (const k of [...this.verified.keys()])
       if (k.endsWith(`/${namespace}/${name}`) || k.endsWith(`/${namespace}/${name}-metrics`))
         this.verified.delete(k);

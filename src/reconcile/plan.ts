@@ -203,8 +203,9 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   // Pods short of ready for a while are asked why (a refused password, a database down).
   const checkWorkers = appliedReplicas > 0 && workersNeedChecking(deployment, now);
   if (checkWorkers && !('workers' in i.answers)) return { need: { kind: 'workers' } };
+  const observed = observeDeployment(deployment);
   const workers = workersReadyCondition(
-    observeDeployment(deployment),
+    observed,
     appliedReplicas,
     checkWorkers ? (i.answers.workers ?? []) : undefined,
   );
@@ -236,7 +237,7 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     previous,
     problems,
     desiredReplicas,
-    deployment: observeDeployment(deployment),
+    deployment: observed,
     updateRevision: rollout?.targetRevision ?? previous?.updateRevision,
     history: rollout?.history ?? previous?.history ?? [],
     now,

@@ -3,6 +3,7 @@
 // bounded by min/max, scaled down only after the stabilization window.
 // docs/scaling.md explains the formula; the simulator in bench/ replays
 // traces through this same function.
+import type { LIMITED_BY } from '../api/jobworker.js';
 
 export interface ScalingSpec {
   minReplicas: number;
@@ -44,8 +45,7 @@ export interface ScalingState {
   lastCapChangeAt?: number;
 }
 
-export type LimitedBy =
-  'age' | 'downstream' | 'maxReplicas' | 'minReplicas' | 'stabilization' | 'signalMissing';
+export type LimitedBy = (typeof LIMITED_BY)[number];
 
 export interface ScalingDecision {
   desired: number;
