@@ -1,6 +1,7 @@
 // The worker's lifecycle, around the per-delivery state machine: connect to
 // RabbitMQ and PostgreSQL (reconnecting with backoff), declare the topology,
 // consume, pause when the claim store is down, and drain on SIGTERM.
+import { setMaxListeners } from 'node:events';
 import { readFileSync } from 'node:fs';
 import amqp, {
   type Channel,
@@ -164,6 +165,9 @@ class QueueWorker implements Worker {
     this.config = config;
     this.now = opts.now ?? Date.now;
     this.random = opts.random ?? Math.random;
+    // Every delivery in flight listens for the drain (up to the prefetch at
+    // once, removed when it ends): not a leak, so no MaxListeners warning.
+    setMaxListeners(0, this.drain.signal);
     this.log = (opts.logger ?? createLogger({ redact: logRedactions })).child({
       queue: config.queue,
       revision: config.revision,

@@ -38,17 +38,21 @@ describe('lease renewal', () => {
 });
 
 describe('retention', () => {
-  it('sweeps completed claims past the retention, oldest first through the partial index; running and recent ones stay', async () => {
+  it('sweeps completed claims past the retention, oldest first through the first_seen_at index; running, quarantined and recent ones stay', async () => {
     const w = await h.startWorker({ config: { claimRetentionSeconds: 3600 } });
     await h.db.pool.query(`
-      insert into jobfleet_claims (key, state, attempts, completed_at)
-      select 'old-' || g, 'completed', 1, now() - interval '2 hours' from generate_series(1, 2500) g`);
+      insert into jobfleet_claims (key, state, attempts, first_seen_at, completed_at)
+      select 'old-' || g, 'completed', 1, now() - interval '3 hours', now() - interval '2 hours'
+      from generate_series(1, 2500) g`);
+    // first seen long ago, completed recently (retried for hours): kept
     await h.db.pool.query(`
-      insert into jobfleet_claims (key, state, attempts, completed_at)
-      select 'new-' || g, 'completed', 1, now() - interval '10 minutes' from generate_series(1, 10) g`);
+      insert into jobfleet_claims (key, state, attempts, first_seen_at, completed_at)
+      select 'new-' || g, 'completed', 1, now() - interval '3 hours', now() - interval '10 minutes'
+      from generate_series(1, 10) g`);
     await h.db.pool.query(`
-      insert into jobfleet_claims (key, state, owner, lease_until, attempts)
-      values ('busy', 'running', gen_random_uuid(), now() - interval '3 hours', 1)`);
+      insert into jobfleet_claims (key, state, owner, lease_until, attempts, first_seen_at)
+      values ('busy', 'running', gen_random_uuid(), now() - interval '3 hours', 1, now() - interval '4 hours'),
+             ('poison', 'dead_lettered', null, null, 5, now() - interval '4 hours')`);
     // ack-journal rows of swept keys go with them (verify must not miss a record swept on purpose)
     await h.db.pool.query(`
       insert into jobfleet_acks (delivery_id, key, outcome, attempt, acked_at)
@@ -56,10 +60,10 @@ describe('retention', () => {
     await h.db.pool.query('analyze jobfleet_claims');
 
     const plan = await h.db.pool.query<{ 'QUERY PLAN': string }>(
-      `explain select key from jobfleet_claims where state = 'completed' and completed_at < now() - interval '1 hour' order by completed_at limit 1000`,
+      `explain select key from jobfleet_claims where first_seen_at < now() - interval '1 hour' and state = 'completed' and completed_at < now() - interval '1 hour' order by first_seen_at limit 1000`,
     );
     expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toContain(
-      'jobfleet_claims_completed_at',
+      'jobfleet_claims_first_seen_at',
     );
 
     expect(await w.sweepClaims()).toBe(2500);
@@ -68,6 +72,7 @@ describe('retention', () => {
     );
     expect(rows).toEqual([
       { state: 'completed', n: 10 },
+      { state: 'dead_lettered', n: 1 },
       { state: 'running', n: 1 },
     ]);
     const journal = await h.db.pool.query<{ key: string }>('select key from jobfleet_acks');
