@@ -12,6 +12,7 @@ import { parseSpec, type JobWorker } from '../src/api/jobworker.js';
 import { KubeClient, type KubeObject } from '../src/kube/client.js';
 import { desiredDeployment, desiredMetricsService, desiredPdb } from '../src/reconcile/desired.js';
 import { freePort, repoRoot, startControlPlane } from '../test/ground/control-plane.js';
+import { compiled } from '../test/ground/compiled.js';
 import { installCrds } from '../test/ground/kube.js';
 
 export interface OperatorBench {
@@ -19,12 +20,18 @@ export interface OperatorBench {
   convergeSeconds: number;
   /** the control plane's own floor: the same children applied directly, on a fresh control plane, until all Available */
   floorSeconds: number;
+  /** when the median Deployment of the floor turned Available */
+  floorMedianAvailableSeconds: number;
   /** when the first and the median JobWorker turned Healthy */
   firstHealthySeconds: number;
   medianHealthySeconds: number;
-  /** API requests per JobWorker until converged, by verb (jobfleet_api_requests_total) */
+  /** from a JobWorker's Deployment reading Available to the JobWorker reading Healthy (polled every second) */
+  healthyLagSeconds: { median: number; p90: number };
+  /** API requests per JobWorker until converged, by verb and resource (jobfleet_api_requests_total) */
   requestsPerJobWorker: Record<string, number>;
   peakRssMiB: number;
+  /** the operator's V8 heap in use once converged (nodejs_heap_size_used_bytes) */
+  heapUsedMiB: number;
   writesPerJobWorker: number;
   steadySeconds: number;
   resyncSeconds: number;
@@ -41,16 +48,18 @@ function peakRssMiB(pid: number): number {
   return kb / 1024;
 }
 
-/** A counter of the operator's /metrics so far, summed by one label. */
+/** A counter of the operator's /metrics so far, summed by some of its labels (values joined by a space). */
 async function counterBy(
   port: number,
   metric: string,
-  label: string,
+  ...labels: string[]
 ): Promise<Record<string, number>> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
   const out: Record<string, number> = {};
   for (const l of text.split('\n').filter((x) => x.startsWith(`${metric}{`))) {
-    const value = new RegExp(`${label}="([^"]+)"`).exec(l)?.[1] ?? '?';
+    const value = labels
+      .map((label) => new RegExp(`${label}="([^"]+)"`).exec(l)?.[1] ?? '?')
+      .join(' ');
     out[value] = (out[value] ?? 0) + Number(l.split(' ').at(-1));
   }
   return out;
@@ -60,7 +69,15 @@ async function counterBy(
 const writesByKind = (port: number) => counterBy(port, 'jobfleet_api_writes_total', 'kind');
 
 /** API requests so far, by verb (jobfleet_api_requests_total). */
-const requestsByVerb = (port: number) => counterBy(port, 'jobfleet_api_requests_total', 'verb');
+/** One unlabelled gauge of the operator's /metrics. */
+async function gauge(port: number, metric: string): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${metric} `));
+  return Number(line?.split(' ')[1] ?? NaN);
+}
+
+const requestsByVerb = (port: number) =>
+  counterBy(port, 'jobfleet_api_requests_total', 'verb', 'resource');
 
 const total = (w: Record<string, number>) => Object.values(w).reduce((a, b) => a + b, 0);
 
@@ -79,7 +96,7 @@ function exampleSpec(): { broker: Record<string, unknown> } & Record<string, unk
  * owner) server-side applied directly in the same batches of 50, on a fresh
  * control plane — until every Deployment is Available.
  */
-async function floorSeconds(count: number): Promise<number> {
+async function floorRun(count: number): Promise<{ seconds: number; medianAvailable: number }> {
   const plane = await startControlPlane({ beforeControllers: installCrds });
   try {
     const client = KubeClient.fromFile(plane.kubeconfigPath);
@@ -113,6 +130,7 @@ async function floorSeconds(count: number): Promise<number> {
         }),
       );
     }
+    const availableAt: number[] = [];
     for (;;) {
       const list = await client.list<
         KubeObject & { status?: { availableReplicas?: number; observedGeneration?: number } }
@@ -122,10 +140,14 @@ async function floorSeconds(count: number): Promise<number> {
           (d.status?.availableReplicas ?? 0) >= 1 &&
           (d.status?.observedGeneration ?? 0) >= (d.metadata.generation ?? 0),
       ).length;
+      while (availableAt.length < available) availableAt.push((performance.now() - t0) / 1000);
       if (available === count) break;
       await sleep(1000);
     }
-    return (performance.now() - t0) / 1000;
+    return {
+      seconds: (performance.now() - t0) / 1000,
+      medianAvailable: availableAt[Math.floor(count / 2)] ?? 0,
+    };
   } finally {
     await plane.stop();
   }
@@ -136,7 +158,7 @@ export async function runOperatorBench(opts: {
   steadySeconds: number;
   resyncSeconds: number;
 }): Promise<OperatorBench> {
-  const floor = await floorSeconds(opts.count);
+  const floor = await floorRun(opts.count);
   const plane = await startControlPlane({ beforeControllers: installCrds });
   const client = KubeClient.fromFile(plane.kubeconfigPath);
   const namespace = 'bench';
@@ -152,7 +174,8 @@ export async function runOperatorBench(opts: {
         stringData: { url: 'amqp://x' },
       });
     }
-    operator = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    // compiled, as the image runs it (node dist/src/main.js)
+    operator = spawn(process.execPath, [compiled('src/main.ts')], {
       cwd: repoRoot,
       env: {
         ...process.env,
@@ -194,11 +217,25 @@ export async function runOperatorBench(opts: {
     }
     // When each JobWorker first reads Healthy (polled every second): progressive, or all at the end?
     const healthyAt = new Map<string, number>();
+    // ... and when its Deployment first read Available: the difference is the operator's own lag.
+    const availableAt = new Map<string, number>();
     for (;;) {
-      const list = await client.list<
-        KubeObject & { status?: { phase?: string; observedGeneration?: number } }
-      >('jobfleet.dev/v1alpha1', 'JobWorker', namespace);
+      const [list, deployments] = await Promise.all([
+        client.list<KubeObject & { status?: { phase?: string; observedGeneration?: number } }>(
+          'jobfleet.dev/v1alpha1',
+          'JobWorker',
+          namespace,
+        ),
+        client.list<KubeObject & { status?: { availableReplicas?: number } }>(
+          'apps/v1',
+          'Deployment',
+          namespace,
+        ),
+      ]);
       const now = (performance.now() - t0) / 1000;
+      for (const d of deployments.items)
+        if ((d.status?.availableReplicas ?? 0) >= 1 && !availableAt.has(d.metadata.name))
+          availableAt.set(d.metadata.name, now);
       for (const j of list.items)
         if (
           j.status?.phase === 'Healthy' &&
@@ -211,7 +248,11 @@ export async function runOperatorBench(opts: {
     }
     const convergeSeconds = (performance.now() - t0) / 1000;
     const times = [...healthyAt.values()].sort((a, b) => a - b);
+    const lags = [...healthyAt]
+      .map(([name, at]) => at - (availableAt.get(name) ?? at))
+      .sort((a, b) => a - b);
     const requests = await requestsByVerb(port);
+    const heapUsedMiB = (await gauge(port, 'nodejs_heap_size_used_bytes')) / 2 ** 20;
     // Let the last status writes and Deployment events settle, then watch a steady state.
     await sleep(5000);
     const settled = await writesByKind(port);
@@ -226,13 +267,19 @@ export async function runOperatorBench(opts: {
     return {
       count: opts.count,
       convergeSeconds,
-      floorSeconds: floor,
+      floorSeconds: floor.seconds,
+      floorMedianAvailableSeconds: floor.medianAvailable,
       firstHealthySeconds: times[0] ?? 0,
       medianHealthySeconds: times[Math.floor(times.length / 2)] ?? 0,
+      healthyLagSeconds: {
+        median: lags[Math.floor(lags.length / 2)] ?? 0,
+        p90: lags[Math.floor(lags.length * 0.9)] ?? 0,
+      },
       requestsPerJobWorker: Object.fromEntries(
         Object.entries(requests).map(([verb, n]) => [verb, n / opts.count]),
       ),
       peakRssMiB: peakRssMiB(operator.pid as number),
+      heapUsedMiB,
       writesPerJobWorker: total(settled) / opts.count,
       steadyByKind,
       steadySeconds: opts.steadySeconds,

@@ -54,8 +54,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const { namespace: ns, args } = namespaceOf(rest);
   const client = KubeClient.fromDefault();
-  const namespace =
-    ns ?? client.kc.getContextObject(client.kc.getCurrentContext())?.namespace ?? 'default';
+  const namespace = ns ?? client.contextNamespace() ?? 'default';
   const get = (name: string) =>
     client.find<JobWorkerObject>(API_VERSION, KIND, namespace, name).then((jw) => {
       if (!jw) throw new Error(`JobWorker ${namespace}/${name} does not exist`);

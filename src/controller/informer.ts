@@ -3,9 +3,8 @@
 // known failure of watch-driven operators). Watch errors reconnect with
 // backoff from the last resourceVersion; 410 Gone relists. resourceVersions
 // are passed back to the server as given, never compared.
-import * as k8s from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
+import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
 
 export interface InformerOptions {
   apiVersion: string;
@@ -18,6 +17,12 @@ export interface InformerOptions {
   log: Logger;
   /** each watch opened after the first (a timeout, an error, a 410): jobfleet_watch_restarts_total */
   onWatchRestart?: () => void;
+  /**
+   * Drop metadata.managedFields before caching (when nothing reads who set
+   * a field of this kind): often the largest part of an object, times every
+   * cached object (controller-runtime's TransformStripManagedFields).
+   */
+  stripManagedFields?: boolean;
 }
 
 export const keyOf = (o: { metadata: { namespace?: string; name: string } }) =>
@@ -62,6 +67,16 @@ export class Informer {
     this.abort?.abort();
   }
 
+  /** As kept in the cache: lists and watch events omit apiVersion/kind on items. */
+  private cached(item: KubeObject): KubeObject {
+    const obj = { ...item, apiVersion: this.opts.apiVersion, kind: this.opts.kind };
+    if (this.opts.stripManagedFields) {
+      obj.metadata = { ...obj.metadata };
+      delete obj.metadata.managedFields;
+    }
+    return obj;
+  }
+
   private query(): Record<string, string> {
     return this.opts.labelSelector ? { labelSelector: this.opts.labelSelector } : {};
   }
@@ -75,8 +90,7 @@ export class Informer {
     );
     const seen = new Set<string>();
     for (const item of list.items) {
-      // Lists omit apiVersion/kind on items.
-      const obj = { ...item, apiVersion: this.opts.apiVersion, kind: this.opts.kind };
+      const obj = this.cached(item);
       const key = keyOf(obj);
       seen.add(key);
       const old = this.cache.get(key);
@@ -98,48 +112,40 @@ export class Informer {
       if (opened > 0) this.opts.onWatchRestart?.();
       let gone = false;
       try {
-        await new Promise<void>((resolve, reject) => {
-          const watch = new k8s.Watch(this.client.kc);
-          const path = resourcePath(this.opts.apiVersion, this.opts.kind, this.opts.namespace);
-          this.client.onRequest?.('WATCH', path, 0);
-          watch
-            .watch(
-              path,
-              { ...this.query(), resourceVersion: this.resourceVersion, allowWatchBookmarks: true },
-              (type: string, obj: KubeObject & { code?: number }) => {
-                this.failures = 0;
-                if (type === 'ERROR') {
-                  if (obj.code === 410) gone = true;
-                  reject(new Error(`watch error ${obj.code ?? ''}`));
-                  return;
-                }
-                if (obj.metadata?.resourceVersion)
-                  this.resourceVersion = obj.metadata.resourceVersion;
-                if (type === 'BOOKMARK') return;
-                const full = { ...obj, apiVersion: this.opts.apiVersion, kind: this.opts.kind };
-                const key = keyOf(full);
-                if (type === 'DELETED') {
-                  this.cache.delete(key);
-                  this.opts.onChange(key, undefined);
-                } else {
-                  this.cache.set(key, full);
-                  this.opts.onChange(key, full);
-                }
-              },
-              (err: unknown) =>
-                err
-                  ? reject(err instanceof Error ? err : new Error(JSON.stringify(err)))
-                  : resolve(),
-            )
-            .then((ac) => {
-              this.abort = ac;
-              if (this.stopped) ac.abort();
-            }, reject);
-        });
+        const abort = (this.abort = new AbortController());
+        if (this.stopped) abort.abort();
+        const path = resourcePath(this.opts.apiVersion, this.opts.kind, this.opts.namespace);
+        let failed: Error | undefined;
+        await this.client.watch(
+          path,
+          { ...this.query(), resourceVersion: this.resourceVersion, allowWatchBookmarks: 'true' },
+          (type, obj) => {
+            if (failed) return;
+            this.failures = 0;
+            if (type === 'ERROR') {
+              if (obj.code === 410) gone = true;
+              failed = new Error(`watch error ${obj.code ?? ''}`);
+              abort.abort();
+              return;
+            }
+            if (obj.metadata?.resourceVersion) this.resourceVersion = obj.metadata.resourceVersion;
+            if (type === 'BOOKMARK') return;
+            const full = this.cached(obj);
+            const key = keyOf(full);
+            if (type === 'DELETED') {
+              this.cache.delete(key);
+              this.opts.onChange(key, undefined);
+            } else {
+              this.cache.set(key, full);
+              this.opts.onChange(key, full);
+            }
+          },
+          abort.signal,
+        );
+        if (failed) throw failed;
       } catch (err) {
         if (this.stopped) return;
-        const status = (err as { statusCode?: number; code?: number }).statusCode;
-        if (gone || status === 410) {
+        if (gone || (err instanceof KubeApiError && err.status === 410)) {
           this.opts.log.info({ kind: this.opts.kind }, 'watch expired (410 Gone): relisting');
         } else {
           this.failures++;

@@ -56,6 +56,8 @@ export class JobWorkerReconciler {
   private readonly verified = new Map<string, { hash: string; rv: string; at: number }>();
   /** per JobWorker (namespace/name): its uid and the ControllerRevisions known to exist */
   private readonly recorded = new Map<string, { uid: string; names: Set<string> }>();
+  /** per JobWorker: the status last written, and the resourceVersion it was written over */
+  private readonly lastStatus = new Map<string, { before?: string; status: unknown }>();
   /** per JobWorker: the scaler's window and AIMD cap, and the queue-age estimate's memory */
   private readonly scaling = new Map<string, ScalingMemory>();
   private readonly observer: Observer;
@@ -166,13 +168,22 @@ export class JobWorkerReconciler {
     }
 
     this.setGauges(namespace, name, plan);
-    const previous = raw.status as JobWorkerStatus | undefined;
-    const changed = !isDeepStrictEqual(normalize(plan.status), normalize(previous ?? {}));
+    const key = `${namespace}/${name}`;
+    const status = normalize(plan.status);
+    // The cache may not have seen our last status write yet (its watch event
+    // is on the way): compared with the cache alone, that write would go again.
+    const written = this.lastStatus.get(key);
+    const previous =
+      written && written.before === raw.metadata.resourceVersion
+        ? written.status
+        : normalize((raw.status as JobWorkerStatus | undefined) ?? {});
+    const changed = !isDeepStrictEqual(status, previous);
     if (changed) {
       await this.write(
         { apiVersion: API_VERSION, kind: KIND, metadata: { name, namespace }, status: plan.status },
         'status',
       );
+      this.lastStatus.set(key, { before: raw.metadata.resourceVersion, status });
       faultAfterRolloutStep(plan.status.rollout?.phase);
     }
     const target = eventTarget({ ...raw, apiVersion: API_VERSION, kind: KIND });
@@ -211,8 +222,8 @@ export class JobWorkerReconciler {
   /**
    * Creates a revision's ControllerRevision unless this JobWorker's exists:
    * its data is the spec first seen at that revision, never patched. One left
-   * by an earlier object of the same name (another uid) is replaced. Each is
-   * looked up once per process and JobWorker uid.
+   * by an earlier object of the same name (another uid) is replaced. A new
+   * revision costs one request: create, and read only when one exists.
    */
   private async record(jw: KubeObject, desired: KubeObject): Promise<void> {
     const uid = jw.metadata.uid ?? '';
@@ -221,22 +232,27 @@ export class JobWorkerReconciler {
     const names = known?.uid === uid ? known.names : new Set<string>();
     this.recorded.set(k, { uid, names });
     if (names.has(desired.metadata.name)) return;
-    const live = await this.d.client.find<KubeObject>(
-      desired.apiVersion,
-      desired.kind,
-      desired.metadata.namespace,
-      desired.metadata.name,
-    );
-    const ours = live?.metadata.ownerReferences?.some((o) => o.uid === uid);
-    if (live && !ours)
-      await this.d.client.delete(
-        desired.apiVersion,
-        desired.kind,
-        desired.metadata.namespace,
-        desired.metadata.name,
+    const { apiVersion, kind, metadata } = desired;
+    const create = () => {
+      this.d.metrics.apiWrites.inc({ kind });
+      return this.d.client.create(desired, undefined, FIELD_MANAGER);
+    };
+    try {
+      await create();
+    } catch (err) {
+      if (!(err instanceof KubeApiError && err.status === 409)) throw err;
+      const live = await this.d.client.find<KubeObject>(
+        apiVersion,
+        kind,
+        metadata.namespace,
+        metadata.name,
       );
-    if (!ours) await this.write(desired);
-    names.add(desired.metadata.name);
+      if (!live?.metadata.ownerReferences?.some((o) => o.uid === uid)) {
+        if (live) await this.d.client.delete(apiVersion, kind, metadata.namespace, metadata.name);
+        await create();
+      }
+    }
+    names.add(metadata.name);
   }
 
   /**
@@ -296,6 +312,7 @@ export class JobWorkerReconciler {
 
   private forget(namespace: string, name: string): void {
     this.scaling.delete(`${namespace}/${name}`);
+    this.lastStatus.delete(`${namespace}/${name}`);
     this.recorded.delete(`${namespace}/${name}`);
     this.observer.forget(namespace, name);
     this.d.metrics.forgetDeadLetters(namespace, name);

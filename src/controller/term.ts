@@ -80,6 +80,8 @@ export class LeadershipTerm {
         onWatchRestart: () => d.onWatchRestart?.('Deployment'),
         namespace,
         labelSelector: 'app.kubernetes.io/managed-by=jobfleet',
+        // nothing asks who set a Deployment's fields
+        stripManagedFields: true,
         resyncMs: 24 * 3600_000,
         log,
         onChange: (_key, obj) => {

@@ -1,14 +1,14 @@
-// A thin Kubernetes REST client over the KubeConfig from @kubernetes/client-node
-// (2.x: credentials, exec plugins and token files). Still needed beside it:
-// one generic, raw-JSON path for every kind, ours included. client-node's
-// generic KubernetesObjectApi serializes through its models and drops fields
-// whose JSON names differ from the model's (x-kubernetes-validations,
-// default, $ref…; kubernetes-client/javascript#2962), which silently corrupts
-// server-side applies of whole objects; its typed patch* methods pass raw
-// bodies but exist per built-in kind only.
-import * as k8s from '@kubernetes/client-node';
+// A thin Kubernetes REST client: one generic, raw-JSON path for every kind,
+// ours included, and watches. Not @kubernetes/client-node's: its generic
+// KubernetesObjectApi serializes through its models and drops fields whose
+// JSON names differ from the model's (x-kubernetes-validations, default,
+// $ref…; kubernetes-client/javascript#2962), which silently corrupts
+// server-side applies of whole objects (its typed patch* methods pass raw
+// bodies but exist per built-in kind only); and loading it costs more memory
+// than the rest of the operator (./kubeconfig.ts says how much).
 import https from 'node:https';
 import http from 'node:http';
+import { KubeAccess, type KubeAccessLike } from './kubeconfig.js';
 
 export interface KubeObject {
   apiVersion: string;
@@ -81,11 +81,12 @@ export function resourcePath(
 export class KubeClient {
   private readonly server: URL;
   /**
-   * One keep-alive agent for every request: client-node's applyToHTTPSOptions
-   * builds a new https.Agent per call, so each API call paid a fresh TCP+TLS
-   * handshake on both sides. Its TLS material is taken once, here; per
-   * request it still runs (credentials that rotate: tokens, exec plugins),
-   * and the agent it builds is replaced by this one.
+   * One keep-alive agent for every request, so that API calls reuse
+   * connections instead of paying a TCP+TLS handshake on both sides each
+   * (client-node's applyToHTTPSOptions, which tests may still pass in, builds
+   * a new https.Agent per call: its TLS options are taken once, here, and its
+   * agent replaced by this one). Credentials are applied per request: tokens
+   * and exec credentials rotate.
    */
   private agent: http.Agent | undefined;
   /** sees every call (method, path, status): the RBAC test records what the operator uses */
@@ -93,7 +94,7 @@ export class KubeClient {
   /** also sees every call: the operator's request metrics */
   onRequestDone?: (method: string, path: string, status: number) => void;
 
-  constructor(readonly kc: k8s.KubeConfig) {
+  constructor(readonly kc: KubeAccessLike) {
     const cluster = kc.getCurrentCluster();
     if (!cluster) throw new Error('kubeconfig has no current cluster');
     this.server = new URL(cluster.server);
@@ -111,15 +112,38 @@ export class KubeClient {
   }
 
   static fromFile(path: string): KubeClient {
-    const kc = new k8s.KubeConfig();
-    kc.loadFromFile(path);
-    return new KubeClient(kc);
+    return new KubeClient(KubeAccess.fromFile(path));
   }
 
+  /** KUBECONFIG, else ~/.kube/config, else the pod's service account. */
   static fromDefault(): KubeClient {
-    const kc = new k8s.KubeConfig();
-    kc.loadFromDefault();
-    return new KubeClient(kc);
+    return new KubeClient(KubeAccess.fromDefault());
+  }
+
+  /** The namespace of the kubeconfig's current context, if it names one. */
+  contextNamespace(): string | undefined {
+    return this.kc.getContextObject(this.kc.getCurrentContext())?.namespace;
+  }
+
+  private async options(
+    method: string,
+    path: string,
+    headers: http.OutgoingHttpHeaders,
+  ): Promise<https.RequestOptions> {
+    const opts: https.RequestOptions = {
+      method,
+      hostname: this.server.hostname.replace(/^\[(.*)\]$/, '$1'),
+      port: this.server.port || (this.server.protocol === 'https:' ? 443 : 80),
+      path: `${this.server.pathname.replace(/\/$/, '')}${path}`,
+      headers: { accept: 'application/json', ...headers },
+    };
+    await this.kc.applyToHTTPSOptions(opts);
+    opts.agent = this.keepAlive(opts.agent as http.Agent | undefined);
+    return opts;
+  }
+
+  private get lib() {
+    return this.server.protocol === 'https:' ? https : http;
   }
 
   async request<T = unknown>(
@@ -129,21 +153,14 @@ export class KubeClient {
     contentType = 'application/json',
     signal?: AbortSignal,
   ): Promise<T> {
-    const opts: https.RequestOptions = {
+    const opts = await this.options(
       method,
-      hostname: this.server.hostname,
-      port: this.server.port || (this.server.protocol === 'https:' ? 443 : 80),
-      path: `${this.server.pathname.replace(/\/$/, '')}${path}`,
-      headers: {
-        accept: 'application/json',
-        ...(body !== undefined ? { 'content-type': contentType } : {}),
-      },
-    };
-    await this.kc.applyToHTTPSOptions(opts);
-    opts.agent = this.keepAlive(opts.agent as http.Agent | undefined);
+      path,
+      body !== undefined ? { 'content-type': contentType } : {},
+    );
     const payload =
       body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
-    const lib = this.server.protocol === 'https:' ? https : http;
+    const lib = this.lib;
     return new Promise<T>((resolve, reject) => {
       const req = lib.request(opts, (res) => {
         const chunks: Buffer[] = [];
@@ -187,6 +204,82 @@ export class KubeClient {
         req.once('close', () => signal.removeEventListener('abort', abort));
       }
       if (payload !== undefined) req.write(payload);
+      req.end();
+    });
+  }
+
+  /**
+   * A watch on `path` from `query.resourceVersion`: `onEvent` for each event
+   * (type, object) until the server ends the stream (resolves) or it fails
+   * (rejects; an HTTP error as KubeApiError). `signal` ends it early.
+   */
+  async watch(
+    path: string,
+    query: Record<string, string>,
+    onEvent: (type: string, obj: KubeObject & { code?: number }) => void,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const qs = new URLSearchParams({ ...query, watch: 'true' }).toString();
+    const opts = await this.options('GET', `${path}?${qs}`, {});
+    const lib = this.lib;
+    return new Promise<void>((resolve, reject) => {
+      const req = lib.request(opts, (res) => {
+        const status = res.statusCode ?? 0;
+        this.onRequest?.('WATCH', path, status);
+        this.onRequestDone?.('WATCH', path, status);
+        res.setEncoding('utf8');
+        if (status !== 200) {
+          let text = '';
+          res.on('data', (c: string) => (text += c));
+          res.on('end', () => {
+            let st: { reason?: string; message?: string } = {};
+            try {
+              st = JSON.parse(text) as typeof st;
+            } catch {
+              // not JSON
+            }
+            reject(
+              new KubeApiError(
+                status,
+                st.reason ?? 'Unknown',
+                st.message ?? `watch ${path}: HTTP ${status}`,
+                st,
+              ),
+            );
+          });
+          return;
+        }
+        let buffered = '';
+        res.on('data', (chunk: string) => {
+          buffered += chunk;
+          let nl: number;
+          try {
+            while ((nl = buffered.indexOf('\n')) >= 0) {
+              const line = buffered.slice(0, nl).trim();
+              buffered = buffered.slice(nl + 1);
+              if (!line) continue;
+              const e = JSON.parse(line) as {
+                type: string;
+                object: KubeObject & { code?: number };
+              };
+              onEvent(e.type, e.object);
+            }
+          } catch (err) {
+            req.destroy();
+            reject(err instanceof Error ? err : new Error(String(err)));
+          }
+        });
+        res.on('end', () => resolve());
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      const abort = () => {
+        req.destroy();
+        resolve();
+      };
+      if (signal.aborted) abort();
+      signal.addEventListener('abort', abort, { once: true });
+      req.once('close', () => signal.removeEventListener('abort', abort));
       req.end();
     });
   }
@@ -253,10 +346,16 @@ export class KubeClient {
     );
   }
 
-  create<T extends KubeObject>(obj: KubeObject, signal?: AbortSignal): Promise<T> {
+  /** POST: fails with 409 when the object exists. `fieldManager` names who wrote its fields. */
+  create<T extends KubeObject>(
+    obj: KubeObject,
+    signal?: AbortSignal,
+    fieldManager?: string,
+  ): Promise<T> {
+    const qs = fieldManager ? `?${new URLSearchParams({ fieldManager }).toString()}` : '';
     return this.request<T>(
       'POST',
-      resourcePath(obj.apiVersion, obj.kind, obj.metadata.namespace),
+      `${resourcePath(obj.apiVersion, obj.kind, obj.metadata.namespace)}${qs}`,
       obj,
       undefined,
       signal,

@@ -5,21 +5,22 @@
 // maps the images `make images` names to their entrypoints here (what those
 // images run); any other image's pod fails, saying so.
 import { KubeClient } from '../../src/kube/client.js';
+import { compiled } from './compiled.js';
 import { startControlPlane, type ControlPlane } from './control-plane.js';
 import { loadKubeConfig } from './kube.js';
 import { LocalRunner } from './local-runner.js';
 
-/** What `make images` builds, by repository name: the entrypoint each image runs. */
+/** What `make images` builds, by repository name: the entrypoint each image runs (compiled, as there). */
 export const DEV_IMAGES: Record<string, string> = {
   'jobfleet-operator': 'src/main.ts',
   'jobfleet-example-worker': 'examples/worker/worker.ts',
 };
 
-/** The process for a pod's image: the local entrypoint of a known image, or one that fails saying why. */
+/** The process for a pod's image: the compiled entrypoint of a known image, or one that fails saying why. */
 export function devCommand(image: string): string[] {
   const repository = image.split('/').pop()!.split(/[:@]/)[0]!;
   const entry = DEV_IMAGES[repository];
-  if (entry) return [process.execPath, '--import', 'tsx', entry];
+  if (entry) return [process.execPath, compiled(entry)];
   const why = `the dev ground runs only the images \`make images\` names (${Object.keys(DEV_IMAGES).join(', ')}), not ${image}`;
   return [process.execPath, '-e', `console.error(${JSON.stringify(why)}); process.exit(1)`];
 }

@@ -104,7 +104,7 @@ describe('the Helm chart, rendered', () => {
       expect.arrayContaining([
         { name: 'JOBFLEET_WATCH_NAMESPACES', value: '' },
         { name: 'JOBFLEET_LEASE_NAME', value: 'jobfleet-operator' },
-        { name: 'JOBFLEET_CONCURRENCY', value: '4' },
+        { name: 'JOBFLEET_CONCURRENCY', value: '16' },
         { name: 'LOG_LEVEL', value: 'info' },
       ]),
     );
@@ -283,10 +283,25 @@ describe('the Helm chart, installed', () => {
       );
     const jw = () =>
       admin.get<Doc>('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'order-shipper');
+    // A revision record left by an earlier JobWorker of the same name: read, replaced.
+    await admin.create({
+      apiVersion: 'apps/v1',
+      kind: 'ControllerRevision',
+      metadata: { name: 'order-shipper-1', namespace: ns.namespace },
+      revision: 1,
+      data: { spec: { image: 'left-behind' } },
+    });
     await applyJw(example.spec.image);
     await eventually('revision 1 rolled out', async () =>
       (await jw()).status?.currentRevision === '1' ? true : undefined,
     );
+    const record1 = await admin.get<Doc>(
+      'apps/v1',
+      'ControllerRevision',
+      ns.namespace,
+      'order-shipper-1',
+    );
+    expect(record1.metadata.ownerReferences).toMatchObject([{ uid: (await jw()).metadata.uid }]);
     // A new revision: the operator watches its pods for automatic rollback.
     await applyJw(`${example.spec.image}-hotfix`);
     await eventually('revision 2 rolled out', async () =>

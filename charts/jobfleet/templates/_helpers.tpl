@@ -37,7 +37,7 @@ it makes (test/integration/chart.test.ts compares them with a recorded run).
   verbs: [list, watch, create, patch]
 - apiGroups: [apps]
   resources: [controllerrevisions]
-  verbs: [get, create, patch, delete]
+  verbs: [get, create, delete]
 - apiGroups: ['']
   resources: [services]
   verbs: [get, create, patch]
