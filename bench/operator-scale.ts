@@ -32,6 +32,8 @@ export interface OperatorBench {
   peakRssMiB: number;
   /** the operator's V8 heap in use once converged (nodejs_heap_size_used_bytes) */
   heapUsedMiB: number;
+  /** TCP+TLS connections the operator opened to the apiserver until converged, for requests and for watches */
+  connections: Record<string, number>;
   writesPerJobWorker: number;
   steadySeconds: number;
   resyncSeconds: number;
@@ -80,6 +82,14 @@ const requestsByVerb = (port: number) =>
   counterBy(port, 'jobfleet_api_requests_total', 'verb', 'resource');
 
 const total = (w: Record<string, number>) => Object.values(w).reduce((a, b) => a + b, 0);
+
+/** NODE_OPTIONS as the chart sets them by default (templates/deployment.yaml). */
+function chartNodeOptions(): string {
+  const values = parse(
+    readFileSync(path.join(repoRoot, 'charts/jobfleet/values.yaml'), 'utf8'),
+  ) as { heapLimitMiB: number };
+  return `--max-old-space-size=${values.heapLimitMiB} --max-semi-space-size=2`;
+}
 
 /** The example's JobWorker spec, without its management URL (nothing polls RabbitMQ). */
 function exampleSpec(): { broker: Record<string, unknown> } & Record<string, unknown> {
@@ -174,11 +184,12 @@ export async function runOperatorBench(opts: {
         stringData: { url: 'amqp://x' },
       });
     }
-    // compiled, as the image runs it (node dist/src/main.js)
+    // compiled, as the image runs it (node dist/src/main.js), with the chart's heap settings
     operator = spawn(process.execPath, [compiled('src/main.ts')], {
       cwd: repoRoot,
       env: {
         ...process.env,
+        NODE_OPTIONS: chartNodeOptions(),
         KUBECONFIG: plane.kubeconfigPath,
         POD_NAMESPACE: namespace,
         POD_NAME: 'bench-operator',
@@ -253,6 +264,7 @@ export async function runOperatorBench(opts: {
       .sort((a, b) => a - b);
     const requests = await requestsByVerb(port);
     const heapUsedMiB = (await gauge(port, 'nodejs_heap_size_used_bytes')) / 2 ** 20;
+    const connections = await counterBy(port, 'jobfleet_api_connections_total', 'purpose');
     // Let the last status writes and Deployment events settle, then watch a steady state.
     await sleep(5000);
     const settled = await writesByKind(port);
@@ -280,6 +292,7 @@ export async function runOperatorBench(opts: {
       ),
       peakRssMiB: peakRssMiB(operator.pid as number),
       heapUsedMiB,
+      connections,
       writesPerJobWorker: total(settled) / opts.count,
       steadyByKind,
       steadySeconds: opts.steadySeconds,

@@ -45,10 +45,11 @@ if (!only || only === 'operator') {
 ${r.count} JobWorkers (examples/jobworker.yaml without its management URL, so nothing polls RabbitMQ) created in batches of 50 against the test ground's real control plane
 (kube-apiserver, controller manager, scheduler, kwok marking pods Ready). The operator runs compiled, as the image runs it,
 in its own process (\`node dist/src/main.js\`, built by the bench when a source is newer; one namespace, default settings:
-16 concurrent reconciles). Converged = every JobWorker \`Healthy\` at its generation.
+16 concurrent reconciles; the chart's NODE_OPTIONS: a 256 MiB heap ceiling, 2 MiB young generation). Converged = every
+JobWorker \`Healthy\` at its generation.
 
-| JobWorkers | time to all converged | floor (same children applied directly) | ratio | first / median Healthy | floor's median Deployment Available | Deployment Available → JobWorker Healthy (median / p90) | API requests per JobWorker | operator peak RSS | API writes per JobWorker | API writes in ${r.steadySeconds} s steady state (resync every ${r.resyncSeconds} s) |
-|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|
+| JobWorkers | time to all converged | floor (same children applied directly) | ratio | first / median Healthy | floor's median Deployment Available | Deployment Available → JobWorker Healthy (median / p90) | API requests per JobWorker | connections opened (requests + watches) | operator peak RSS (heap in use) | API writes per JobWorker | API writes in ${r.steadySeconds} s steady state (resync every ${r.resyncSeconds} s) |
+|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|
 | ${r.count} | ${r.convergeSeconds.toFixed(1)} s | ${r.floorSeconds.toFixed(1)} s | ${(r.convergeSeconds / r.floorSeconds).toFixed(2)}× | ${r.firstHealthySeconds.toFixed(0)} s / ${r.medianHealthySeconds.toFixed(0)} s (${((100 * r.medianHealthySeconds) / r.convergeSeconds).toFixed(0)} % of the total) | ${r.floorMedianAvailableSeconds.toFixed(0)} s (${((100 * r.floorMedianAvailableSeconds) / r.floorSeconds).toFixed(0)} % of the floor) | ${r.healthyLagSeconds.median.toFixed(0)} s / ${r.healthyLagSeconds.p90.toFixed(0)} s | ${total(r.requestsPerJobWorker).toFixed(2)}: ${Object.entries(
       r.requestsPerJobWorker,
     )
@@ -57,7 +58,7 @@ in its own process (\`node dist/src/main.js\`, built by the bench when a source 
       .map(([verb, n]) => `${verb} ${n.toFixed(2)}`)
       .join(
         ', ',
-      )} | ${r.peakRssMiB.toFixed(0)} MiB | ${r.writesPerJobWorker.toFixed(2)} | ${r.steadyWrites} |
+      )} | ${r.connections.requests ?? 0} + ${r.connections.watches ?? 0} | ${r.peakRssMiB.toFixed(0)} MiB (${r.heapUsedMiB.toFixed(0)} MiB) | ${r.writesPerJobWorker.toFixed(2)} | ${r.steadyWrites} |
 
 The floor runs first, on a fresh control plane of its own (the operator's run then gets another), so neither
 sees the other's objects. API requests count every call the operator made until the last JobWorker turned

@@ -113,6 +113,12 @@ export function operatorMetrics(registry = new client.Registry()) {
       labelNames: ['verb', 'resource', 'code'],
       registers: r,
     }),
+    apiConnections: new client.Counter({
+      name: 'jobfleet_api_connections_total',
+      help: 'TCP (and TLS) connections opened to the Kubernetes API, for requests or for watches',
+      labelNames: ['purpose'],
+      registers: r,
+    }),
     watchRestarts: new client.Counter({
       name: 'jobfleet_watch_restarts_total',
       help: 'Watches reopened after the first (timeouts, errors, 410 Gone), by kind',

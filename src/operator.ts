@@ -61,15 +61,18 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const events = new EventRecorder(o.client, 'jobfleet-operator', log, Date.now, () =>
     metrics.apiWrites.inc({ kind: 'Event' }),
   );
-  o.client.onRequestDone = (method, path, status) => {
-    const k = requestKind(method, path, status);
-    if (k)
-      metrics.apiRequests.inc({
-        verb: k.verbs[0] ?? method.toLowerCase(),
-        resource: k.group ? `${k.resource}.${k.group}` : k.resource,
-        code: String(status),
-      });
-  };
+  o.client.observe({
+    request: (method, path, status) => {
+      const k = requestKind(method, path, status);
+      if (k)
+        metrics.apiRequests.inc({
+          verb: k.verbs[0] ?? method.toLowerCase(),
+          resource: k.group ? `${k.resource}.${k.group}` : k.resource,
+          code: String(status),
+        });
+    },
+    connection: (purpose) => metrics.apiConnections.inc({ purpose }),
+  });
   const namespaces = o.namespaces?.length ? o.namespaces : [undefined];
   const deadLetters = new DeadLetterReader();
   // The current leadership term (see ./controller/term.ts); undefined while standing by.

@@ -3,6 +3,7 @@
 // apply of the children, then the status write, then the events of what
 // changed. Level-triggered and idempotent: everything is read again each time,
 // and a steady state makes no writes at all.
+import { createHash } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
 import { API_VERSION, KIND, LIMITED_BY, type JobWorkerStatus } from '../api/jobworker.js';
@@ -265,7 +266,8 @@ export class JobWorkerReconciler {
     absent = false,
   ): Promise<KubeObject | undefined> {
     const k = `${desired.kind}/${desired.metadata.namespace}/${desired.metadata.name}`;
-    const h = JSON.stringify(desired);
+    // a digest, not the JSON itself: kept per child of every JobWorker
+    const h = createHash('sha1').update(JSON.stringify(desired)).digest('base64');
     const known = this.verified.get(k);
     const now = this.now().getTime();
     // Children without a watch (Service, PDB): trust a recent verification of

@@ -78,21 +78,29 @@ export function resourcePath(
   return `${base}${namespace ? `/namespaces/${namespace}` : ''}/${plural}${name ? `/${encodeURIComponent(name)}` : ''}`;
 }
 
+export type ConnectionPurpose = 'requests' | 'watches';
+
+/** Who watches the client: the operator's request metrics, the RBAC test's record of calls. */
+export interface KubeClientObserver {
+  /** every call: its method (WATCH for a watch), path and HTTP status */
+  request?(method: string, path: string, status: number): void;
+  /** every TCP (and TLS) connection opened to the apiserver */
+  connection?(purpose: ConnectionPurpose): void;
+}
+
 export class KubeClient {
   private readonly server: URL;
   /**
-   * One keep-alive agent for every request, so that API calls reuse
-   * connections instead of paying a TCP+TLS handshake on both sides each
-   * (client-node's applyToHTTPSOptions, which tests may still pass in, builds
-   * a new https.Agent per call: its TLS options are taken once, here, and its
-   * agent replaced by this one). Credentials are applied per request: tokens
-   * and exec credentials rotate.
+   * Keep-alive agents, so that API calls reuse connections instead of paying
+   * a TCP+TLS handshake on both sides each: one for requests, one for watches
+   * (each holds its connection for as long as it runs). client-node's
+   * applyToHTTPSOptions, which tests may still pass in, builds a new
+   * https.Agent per call: its TLS options are taken once, here, and its
+   * agent replaced. Credentials are applied per request: tokens and exec
+   * credentials rotate.
    */
-  private agent: http.Agent | undefined;
-  /** sees every call (method, path, status): the RBAC test records what the operator uses */
-  onRequest?: (method: string, path: string, status: number) => void;
-  /** also sees every call: the operator's request metrics */
-  onRequestDone?: (method: string, path: string, status: number) => void;
+  private readonly agents: Partial<Record<ConnectionPurpose, http.Agent>> = {};
+  private readonly observers = new Set<KubeClientObserver>();
 
   constructor(readonly kc: KubeAccessLike) {
     const cluster = kc.getCurrentCluster();
@@ -100,15 +108,31 @@ export class KubeClient {
     this.server = new URL(cluster.server);
   }
 
-  private keepAlive(perRequest: http.Agent | undefined): http.Agent {
-    if (!this.agent) {
+  /** Sees every call and every connection opened; returns how to stop. */
+  observe(o: KubeClientObserver): () => void {
+    this.observers.add(o);
+    return () => this.observers.delete(o);
+  }
+
+  private requested(method: string, path: string, status: number): void {
+    for (const o of this.observers) o.request?.(method, path, status);
+  }
+
+  private agent(purpose: ConnectionPurpose, perRequest: http.Agent | undefined): http.Agent {
+    let agent = this.agents[purpose];
+    if (!agent) {
       const tls = (perRequest as https.Agent | undefined)?.options ?? {};
-      this.agent =
+      agent = this.agents[purpose] =
         this.server.protocol === 'https:'
           ? new https.Agent({ ...tls, keepAlive: true })
           : new http.Agent({ keepAlive: true });
+      const open = agent.createConnection.bind(agent);
+      agent.createConnection = (...args) => {
+        for (const o of this.observers) o.connection?.(purpose);
+        return open(...args);
+      };
     }
-    return this.agent;
+    return agent;
   }
 
   static fromFile(path: string): KubeClient {
@@ -129,6 +153,7 @@ export class KubeClient {
     method: string,
     path: string,
     headers: http.OutgoingHttpHeaders,
+    purpose: ConnectionPurpose = 'requests',
   ): Promise<https.RequestOptions> {
     const opts: https.RequestOptions = {
       method,
@@ -138,7 +163,7 @@ export class KubeClient {
       headers: { accept: 'application/json', ...headers },
     };
     await this.kc.applyToHTTPSOptions(opts);
-    opts.agent = this.keepAlive(opts.agent as http.Agent | undefined);
+    opts.agent = this.agent(purpose, opts.agent as http.Agent | undefined);
     return opts;
   }
 
@@ -174,8 +199,7 @@ export class KubeClient {
             // not JSON: keep the text
           }
           const status = res.statusCode ?? 0;
-          this.onRequest?.(method, path, status);
-          this.onRequestDone?.(method, path, status);
+          this.requested(method, path, status);
           if (status >= 200 && status < 300) {
             resolve(parsed as T);
             return;
@@ -220,13 +244,12 @@ export class KubeClient {
     signal: AbortSignal,
   ): Promise<void> {
     const qs = new URLSearchParams({ ...query, watch: 'true' }).toString();
-    const opts = await this.options('GET', `${path}?${qs}`, {});
+    const opts = await this.options('GET', `${path}?${qs}`, {}, 'watches');
     const lib = this.lib;
     return new Promise<void>((resolve, reject) => {
       const req = lib.request(opts, (res) => {
         const status = res.statusCode ?? 0;
-        this.onRequest?.('WATCH', path, status);
-        this.onRequestDone?.('WATCH', path, status);
+        this.requested('WATCH', path, status);
         res.setEncoding('utf8');
         if (status !== 200) {
           let text = '';

@@ -106,6 +106,7 @@ describe('the Helm chart, rendered', () => {
         { name: 'JOBFLEET_LEASE_NAME', value: 'jobfleet-operator' },
         { name: 'JOBFLEET_CONCURRENCY', value: '16' },
         { name: 'LOG_LEVEL', value: 'info' },
+        { name: 'NODE_OPTIONS', value: '--max-old-space-size=256 --max-semi-space-size=2' },
       ]),
     );
   });
@@ -253,10 +254,12 @@ describe('the Helm chart, installed', () => {
     const client = new KubeClient(kc);
     const used = new Set<Triple>();
     const denied: string[] = [];
-    client.onRequest = (method, p, status) => {
-      for (const t of triplesOfCall(method, p, status)) used.add(t);
-      if (status === 403) denied.push(`${method} ${p}`);
-    };
+    client.observe({
+      request: (method, p, status) => {
+        for (const t of triplesOfCall(method, p, status)) used.add(t);
+        if (status === 403) denied.push(`${method} ${p}`);
+      },
+    });
 
     await urlSecrets(admin, ns.namespace, {
       rabbitmq: 'amqp://user:pw@127.0.0.1:1/',
