@@ -161,11 +161,7 @@ export class KubeAccess implements KubeAccessLike {
         `kubeconfig ${where}: context ${name} names cluster ${context.cluster}, which has no server`,
       );
     const access = new KubeAccess(cluster.server, { name, namespace: context.namespace });
-    const ca = cluster['certificate-authority-data']
-      ? Buffer.from(cluster['certificate-authority-data'], 'base64')
-      : cluster['certificate-authority']
-        ? readFileSync(cluster['certificate-authority'])
-        : undefined;
+    const ca = dataOrFile(cluster['certificate-authority-data'], cluster['certificate-authority']);
     if (ca) access.tls.ca = ca;
     if (cluster['insecure-skip-tls-verify']) access.tls.rejectUnauthorized = false;
     if (cluster['tls-server-name']) access.tls.servername = cluster['tls-server-name'];
@@ -175,16 +171,8 @@ export class KubeAccess implements KubeAccessLike {
       throw new Error(
         `kubeconfig ${where}: user ${context.user} uses the auth-provider "${user['auth-provider'].name ?? '?'}", which jobfleet does not support: use its exec credential plugin instead (e.g. gke-gcloud-auth-plugin, kubelogin, aws eks get-token)`,
       );
-    const cert = user['client-certificate-data']
-      ? Buffer.from(user['client-certificate-data'], 'base64')
-      : user['client-certificate']
-        ? readFileSync(user['client-certificate'])
-        : undefined;
-    const key = user['client-key-data']
-      ? Buffer.from(user['client-key-data'], 'base64')
-      : user['client-key']
-        ? readFileSync(user['client-key'])
-        : undefined;
+    const cert = dataOrFile(user['client-certificate-data'], user['client-certificate']);
+    const key = dataOrFile(user['client-key-data'], user['client-key']);
     if (cert) access.tls.cert = cert;
     if (key) access.tls.key = key;
     if (user.token) access.authorization = `Bearer ${user.token}`;
@@ -293,6 +281,12 @@ export class KubeAccess implements KubeAccessLike {
     };
     return e.cached;
   }
+}
+
+/** A kubeconfig's `<x>-data` (base64) or, failing that, the file `<x>` names. */
+function dataOrFile(data: string | undefined, file: string | undefined): Buffer | undefined {
+  if (data) return Buffer.from(data, 'base64');
+  return file ? readFileSync(file) : undefined;
 }
 
 /** Relative file paths in a kubeconfig are relative to the file. */
