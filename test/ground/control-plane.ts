@@ -269,7 +269,7 @@ function startWorkloadControllers(
     `--kubeconfig=${kubeconfig}`,
     '--leader-elect=false',
     '--secure-port=0',
-    '--controllers=deployment,replicaset,garbagecollector,namespace,serviceaccount,disruption,root-ca-cert-publisher',
+    '--controllers=deployment,replicaset,garbagecollector,namespace,serviceaccount,disruption,root-ca-cert-publisher,clusterrole-aggregation',
     `--service-account-private-key-file=${saKey}`,
     `--root-ca-file=${caFile}`,
     '--kube-api-qps=100',

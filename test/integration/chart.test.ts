@@ -57,6 +57,12 @@ async function render(...set: string[]): Promise<Doc[]> {
     .map((d) => d.toJSON() as Doc)
     .filter(Boolean);
 }
+/** A ClusterRole the chart folds into the built-in view/edit/admin roles (for people). */
+const aggregated = (d: Doc) =>
+  Object.keys(d.metadata?.labels ?? {}).some((l) =>
+    l.startsWith('rbac.authorization.k8s.io/aggregate-to-'),
+  );
+
 const kinds = (docs: Doc[]) =>
   docs.map((d) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`).sort();
 
@@ -79,6 +85,8 @@ describe('the Helm chart, rendered', () => {
     const docs = await render();
     expect(kinds(docs)).toEqual([
       'ClusterRole//jf-jobfleet',
+      'ClusterRole//jf-jobfleet-edit',
+      'ClusterRole//jf-jobfleet-view',
       'ClusterRoleBinding//jf-jobfleet',
       'Deployment/jobfleet-system/jf-jobfleet',
       'PodDisruptionBudget/jobfleet-system/jf-jobfleet',
@@ -118,6 +126,8 @@ describe('the Helm chart, rendered', () => {
       'image.tag=1.2.3',
     );
     expect(kinds(docs).filter((k) => /Role/.test(k))).toEqual([
+      'ClusterRole//jf-jobfleet-edit',
+      'ClusterRole//jf-jobfleet-view',
       'Role/jobfleet-system/jf-jobfleet-leader-election',
       'Role/team-a/jf-jobfleet',
       'Role/team-b/jf-jobfleet',
@@ -367,7 +377,8 @@ describe('the Helm chart, installed', () => {
       .filter(Boolean);
     const granted = triplesOfRules(
       manifest
-        .filter((d) => d.kind === 'Role' || d.kind === 'ClusterRole')
+        // the operator's own roles, not the ones folded into view/edit/admin for people
+        .filter((d) => d.kind === 'Role' || (d.kind === 'ClusterRole' && !aggregated(d)))
         .flatMap((d) => d.rules as Rule[]),
     );
     expect(denied).toEqual([]);
@@ -387,5 +398,88 @@ describe('the Helm chart, installed', () => {
       '--kubeconfig',
       ns.kubeconfigPath,
     );
+  });
+
+  it("a namespace's editors may change its JobWorkers and JobReplays, its viewers only read them (aggregated roles)", async () => {
+    const release = `jf-${ns.namespace.slice(-8)}`;
+    await helm(
+      'install',
+      release,
+      CHART,
+      '--namespace',
+      ns.namespace,
+      '--kubeconfig',
+      ns.kubeconfigPath,
+      '--set',
+      `watchNamespaces={${ns.namespace}}`,
+    );
+    try {
+      // alice edits this namespace, bob views it: the built-in roles, bound as an admin would
+      for (const [user, role] of [
+        ['alice', 'edit'],
+        ['bob', 'view'],
+      ] as const)
+        await admin.request(
+          'POST',
+          `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns.namespace}/rolebindings`,
+          {
+            apiVersion: 'rbac.authorization.k8s.io/v1',
+            kind: 'RoleBinding',
+            metadata: { name: `${user}-${role}`, namespace: ns.namespace },
+            roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: role },
+            subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+          },
+        );
+      // What the apiserver's authorizer answers for that user (a SubjectAccessReview).
+      const allowed = async (user: string, verb: string, resource: string) => {
+        const r = await admin.request<{ status?: { allowed?: boolean } }>(
+          'POST',
+          '/apis/authorization.k8s.io/v1/subjectaccessreviews',
+          {
+            apiVersion: 'authorization.k8s.io/v1',
+            kind: 'SubjectAccessReview',
+            spec: {
+              user,
+              resourceAttributes: {
+                namespace: ns.namespace,
+                verb,
+                group: 'jobfleet.dev',
+                resource,
+              },
+            },
+          },
+        );
+        return r.status?.allowed === true;
+      };
+      // The controller manager folds the chart's roles into view/edit/admin shortly after install.
+      await eventually('aggregation into edit and view', async () =>
+        (await allowed('alice', 'create', 'jobworkers')) &&
+        (await allowed('bob', 'list', 'jobworkers'))
+          ? true
+          : undefined,
+      );
+      for (const verb of ['get', 'list', 'watch', 'create', 'patch', 'delete'])
+        for (const resource of ['jobworkers', 'jobreplays'])
+          expect([verb, resource, await allowed('alice', verb, resource)]).toEqual([
+            verb,
+            resource,
+            true,
+          ]);
+      for (const verb of ['get', 'list', 'watch'])
+        expect(await allowed('bob', verb, 'jobworkers')).toBe(true);
+      for (const verb of ['create', 'patch', 'delete'])
+        expect([verb, await allowed('bob', verb, 'jobworkers')]).toEqual([verb, false]);
+      // and nobody else in the namespace gains anything
+      expect(await allowed('mallory', 'get', 'jobworkers')).toBe(false);
+    } finally {
+      await helm(
+        'uninstall',
+        release,
+        '--namespace',
+        ns.namespace,
+        '--kubeconfig',
+        ns.kubeconfigPath,
+      );
+    }
   });
 });
