@@ -3,10 +3,14 @@
 // the JobWorker; `dlq` resolves its queues and the URLs in the Secrets it
 // names and runs `jobfleet dlq` against them, so on-call never copies a
 // credential.
+import { readFileSync } from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
 import { KubeClient, resourcePath, type KubeObject } from '../kube/client.js';
+import { KubeAccess } from '../kube/kubeconfig.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
 import { revisionRecordName } from '../reconcile/desired.js';
 import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../reconcile/pause.js';
@@ -29,21 +33,57 @@ commands:
   resume NAME --reason TEXT               replicas follow the scaler again
   dlq list|show|replay|discard NAME [ID]  its dead letters (options as for "jobfleet dlq")
 
-Reads the cluster with your kubeconfig (KUBECONFIG, or ~/.kube/config).`;
+  version                                 this plugin's version
+
+Reads the cluster with your kubeconfig (KUBECONFIG, or ~/.kube/config), as kubectl does:
+-n/--namespace, --kubeconfig FILE and --context NAME work as kubectl's.`;
+
+/** The version of the package this file came from (source or dist/: the nearest jobfleet package.json). */
+function packageVersion(): string {
+  for (let dir = path.dirname(fileURLToPath(import.meta.url)); ; dir = path.dirname(dir)) {
+    try {
+      const p = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as {
+        name?: string;
+        version?: string;
+      };
+      if (p.name === 'jobfleet' && p.version) return p.version;
+    } catch {
+      // no package.json here: look further up
+    }
+    if (dir === path.dirname(dir)) return 'unknown';
+  }
+}
 
 type JobWorkerObject = KubeObject & { spec: Record<string, unknown>; status?: JobWorkerStatus };
 
-/** Splits `-n/--namespace` out of the arguments; the rest in order. */
-function namespaceOf(argv: string[]): { namespace?: string; args: string[] } {
-  let namespace: string | undefined;
+/**
+ * kubectl's global flags a plugin receives after its name: -n/--namespace,
+ * --kubeconfig and --context (each also as --flag=value); the rest in order.
+ */
+function globalFlags(argv: string[]): {
+  namespace?: string;
+  kubeconfig?: string;
+  context?: string;
+  args: string[];
+} {
+  const flags: Record<string, string | undefined> = {};
+  const names: Record<string, string> = {
+    '-n': 'namespace',
+    '--namespace': 'namespace',
+    '--kubeconfig': 'kubeconfig',
+    '--context': 'context',
+  };
   const args: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
-    if (a === '-n' || a === '--namespace') namespace = argv[++i];
-    else if (a.startsWith('--namespace=')) namespace = a.slice('--namespace='.length);
-    else args.push(a);
+    const eq = a.indexOf('=');
+    const flag = eq > 0 && a.startsWith('--') ? a.slice(0, eq) : a;
+    const name = names[flag];
+    if (!name) args.push(a);
+    else if (eq > 0 && flag !== a) flags[name] = a.slice(eq + 1);
+    else flags[name] = argv[++i];
   }
-  return { namespace, args };
+  return { ...flags, args };
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -52,8 +92,14 @@ async function main(argv: string[]): Promise<number> {
     console.log(USAGE);
     return command ? 0 : 2;
   }
-  const { namespace: ns, args } = namespaceOf(rest);
-  const client = KubeClient.fromDefault();
+  if (command === 'version') {
+    console.log(`kubectl-jobworker ${packageVersion()}`);
+    return 0;
+  }
+  const { namespace: ns, kubeconfig, context, args } = globalFlags(rest);
+  // --kubeconfig replaces KUBECONFIG, as for kubectl itself
+  const env = kubeconfig ? { ...process.env, KUBECONFIG: kubeconfig } : process.env;
+  const client = new KubeClient(KubeAccess.fromDefault(env, context));
   const namespace = ns ?? client.contextNamespace() ?? 'default';
   const get = (name: string) =>
     client.find<JobWorkerObject>(API_VERSION, KIND, namespace, name).then((jw) => {

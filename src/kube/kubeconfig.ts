@@ -106,20 +106,24 @@ export class KubeAccess implements KubeAccessLike {
     private readonly context: { name: string; namespace?: string },
   ) {}
 
-  /** KUBECONFIG (several files: the first that has a current context), else ~/.kube/config, else the pod's service account. */
-  static fromDefault(env: NodeJS.ProcessEnv = process.env): KubeAccess {
+  /**
+   * KUBECONFIG (several files: the first to name a thing wins), else
+   * ~/.kube/config, else the pod's service account. `context` picks another
+   * context than the current one (kubectl's --context).
+   */
+  static fromDefault(env: NodeJS.ProcessEnv = process.env, context?: string): KubeAccess {
     const files = env.KUBECONFIG?.split(path.delimiter).filter(Boolean) ?? [];
-    if (files.length) return KubeAccess.fromFiles(files);
-    if (env.KUBERNETES_SERVICE_HOST) return KubeAccess.inCluster(env);
-    return KubeAccess.fromFiles([path.join(os.homedir(), '.kube', 'config')]);
+    if (files.length) return KubeAccess.fromFiles(files, context);
+    if (env.KUBERNETES_SERVICE_HOST && !context) return KubeAccess.inCluster(env);
+    return KubeAccess.fromFiles([path.join(os.homedir(), '.kube', 'config')], context);
   }
 
-  static fromFile(file: string): KubeAccess {
-    return KubeAccess.fromFiles([file]);
+  static fromFile(file: string, context?: string): KubeAccess {
+    return KubeAccess.fromFiles([file], context);
   }
 
   /** Merged as kubectl merges them: the first file to name a thing wins. */
-  static fromFiles(files: string[]): KubeAccess {
+  static fromFiles(files: string[], context?: string): KubeAccess {
     const merged: Required<KubeConfigFile> = {
       clusters: [],
       users: [],
@@ -144,6 +148,13 @@ export class KubeAccess implements KubeAccessLike {
       for (const c of doc.contexts ?? [])
         if (!merged.contexts.some((x) => x.name === c.name)) merged.contexts.push(c);
       merged['current-context'] ||= doc['current-context'] ?? '';
+    }
+    if (context) {
+      if (!merged.contexts.some((c) => c.name === context))
+        throw new Error(
+          `kubeconfig ${files.join(path.delimiter)}: no context named ${context} (kubectl config get-contexts lists them)`,
+        );
+      merged['current-context'] = context;
     }
     return KubeAccess.fromConfig(merged, files.join(path.delimiter));
   }
