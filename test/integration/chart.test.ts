@@ -225,10 +225,9 @@ describe('the Helm chart, installed', () => {
     op = undefined;
     await ns?.cleanup();
   });
-
-  it('installs (server-side validation); the operator as its ServiceAccount reconciles the example with exactly the RBAC granted', async () => {
+  /** helm install into the test namespace, watching only it; the release's name */
+  const install = async () => {
     const release = `jf-${ns.namespace.slice(-8)}`;
-    const set = [`watchNamespaces={${ns.namespace}}`];
     await helm(
       'install',
       release,
@@ -237,8 +236,16 @@ describe('the Helm chart, installed', () => {
       ns.namespace,
       '--kubeconfig',
       ns.kubeconfigPath,
-      ...set.flatMap((s) => ['--set', s]),
+      '--set',
+      `watchNamespaces={${ns.namespace}}`,
     );
+    return release;
+  };
+  const uninstall = (release: string) =>
+    helm('uninstall', release, '--namespace', ns.namespace, '--kubeconfig', ns.kubeconfigPath);
+
+  it('installs (server-side validation); the operator as its ServiceAccount reconciles the example with exactly the RBAC granted', async () => {
+    const release = await install();
     const fullname = `${release}-jobfleet`;
     const installed = await admin.get<Doc>('apps/v1', 'Deployment', ns.namespace, fullname);
     expect(installed.spec.replicas).toBe(2);
@@ -390,29 +397,11 @@ describe('the Helm chart, installed', () => {
     const extra = new Set<Triple>([...granted, '|secrets|list']);
     expect(compareRbac(extra, used).unused).toEqual(['|secrets|list']);
 
-    await helm(
-      'uninstall',
-      release,
-      '--namespace',
-      ns.namespace,
-      '--kubeconfig',
-      ns.kubeconfigPath,
-    );
+    await uninstall(release);
   });
 
   it("a namespace's editors may change its JobWorkers and JobReplays, its viewers only read them (aggregated roles)", async () => {
-    const release = `jf-${ns.namespace.slice(-8)}`;
-    await helm(
-      'install',
-      release,
-      CHART,
-      '--namespace',
-      ns.namespace,
-      '--kubeconfig',
-      ns.kubeconfigPath,
-      '--set',
-      `watchNamespaces={${ns.namespace}}`,
-    );
+    const release = await install();
     try {
       // alice edits this namespace, bob views it: the built-in roles, bound as an admin would
       for (const [user, role] of [
@@ -472,14 +461,7 @@ describe('the Helm chart, installed', () => {
       // and nobody else in the namespace gains anything
       expect(await allowed('mallory', 'get', 'jobworkers')).toBe(false);
     } finally {
-      await helm(
-        'uninstall',
-        release,
-        '--namespace',
-        ns.namespace,
-        '--kubeconfig',
-        ns.kubeconfigPath,
-      );
+      await uninstall(release);
     }
   });
 });
