@@ -42,6 +42,7 @@ function helm(...args: string[]) {
 }
 
 type Doc = KubeObject & Record<string, any>;
+/** `helm template`; each `set` is a --set, or a --set-json when it starts with "json:". */
 async function render(...set: string[]): Promise<Doc[]> {
   const { stdout } = await helm(
     'template',
@@ -51,7 +52,7 @@ async function render(...set: string[]): Promise<Doc[]> {
     'jobfleet-system',
     '--kube-version',
     '1.35.4',
-    ...set.flatMap((s) => ['--set', s]),
+    ...set.flatMap((s) => (s.startsWith('json:') ? ['--set-json', s.slice(5)] : ['--set', s])),
   );
   return parseAllDocuments(stdout)
     .map((d) => d.toJSON() as Doc)
@@ -143,6 +144,32 @@ describe('the Helm chart, rendered', () => {
         { name: 'LOG_LEVEL', value: 'debug' },
       ]),
     );
+  });
+
+  it('takes the scheduling, labelling and security values clusters usually need, and extra objects', async () => {
+    const docs = await render(
+      'podLabels.team=payments',
+      'priorityClassName=system-cluster-critical',
+      'extraEnv[0].name=HTTPS_PROXY',
+      'extraEnv[0].value=http://proxy:3128',
+      'json:topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"ScheduleAnyway","labelSelector":{"matchLabels":{"app.kubernetes.io/name":"jobfleet"}}}]',
+      'json:podSecurityContext={"runAsNonRoot":true,"runAsUser":10001,"seccompProfile":{"type":"RuntimeDefault"}}',
+      'json:extraObjects=[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"{{ .Release.Name }}-extra"},"data":{"k":"v"}}]',
+    );
+    const pod = docs.find((d) => d.kind === 'Deployment')!.spec.template;
+    expect(pod.metadata.labels).toMatchObject({ team: 'payments' });
+    expect(pod.spec.priorityClassName).toBe('system-cluster-critical');
+    expect(pod.spec.topologySpreadConstraints[0].topologyKey).toBe('topology.kubernetes.io/zone');
+    expect(pod.spec.securityContext).toEqual({
+      runAsNonRoot: true,
+      runAsUser: 10001,
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+    const c = pod.spec.containers[0];
+    expect(c.env).toContainEqual({ name: 'HTTPS_PROXY', value: 'http://proxy:3128' });
+    // the container's own context stays restricted unless overridden
+    expect(c.securityContext).toMatchObject({ readOnlyRootFilesystem: true, runAsNonRoot: true });
+    expect(docs.find((d) => d.kind === 'ConfigMap')?.metadata.name).toBe('jf-extra');
   });
 
   it('with monitoring on: ServiceMonitor, worker PodMonitor, PrometheusRule with runbook links, the dashboard for the sidecar', async () => {
