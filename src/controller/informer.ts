@@ -118,7 +118,14 @@ export class Informer {
         let failed: Error | undefined;
         await this.client.watch(
           path,
-          { ...this.query(), resourceVersion: this.resourceVersion, allowWatchBookmarks: 'true' },
+          {
+            ...this.query(),
+            resourceVersion: this.resourceVersion,
+            allowWatchBookmarks: 'true',
+            // The server ends each watch after 5–10 minutes (as client-go asks), so
+            // a connection that died silently is noticed (see KubeClient.watch).
+            timeoutSeconds: String(300 + Math.floor(Math.random() * 300)),
+          },
           (type, obj) => {
             if (failed) return;
             this.failures = 0;

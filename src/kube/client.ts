@@ -296,6 +296,13 @@ export class KubeClient {
         res.on('error', reject);
       });
       req.on('error', reject);
+      // Silent for longer than the server's own timeoutSeconds: the connection
+      // died without a word (no FIN, no RST); the caller reopens the watch.
+      const timeout = Number(query.timeoutSeconds ?? 0);
+      if (timeout > 0)
+        req.setTimeout((timeout + Math.min(30, timeout)) * 1000, () =>
+          req.destroy(new Error(`watch ${path}: no data past its timeout; reconnecting`)),
+        );
       const abort = () => {
         req.destroy();
         resolve();

@@ -1,0 +1,53 @@
+// KubeClient.watch against a peer that stops talking: a watch whose connection
+// died without a FIN or RST must end (and be reopened by the informer), not
+// hang forever with the cache silently going stale.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { KubeClient } from '../../src/kube/client.js';
+
+let server: http.Server | undefined;
+afterEach(() => new Promise<void>((r) => (server ? server.close(() => r()) : r())));
+
+/** An apiserver stand-in that sends one event, then nothing, never closing. */
+async function stalling(): Promise<KubeClient> {
+  server = http.createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.write(
+      `${JSON.stringify({ type: 'ADDED', object: { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'a', resourceVersion: '1' } } })}\n`,
+    );
+  });
+  await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as AddressInfo;
+  return new KubeClient({
+    getCurrentCluster: () => ({ server: `http://127.0.0.1:${port}` }),
+    getCurrentContext: () => 'test',
+    getContextObject: () => null,
+    applyToHTTPSOptions: () => Promise.resolve(),
+  });
+}
+
+describe('KubeClient.watch', () => {
+  it('fails a watch that stays silent past its timeoutSeconds, after delivering what came', async () => {
+    const client = await stalling();
+    const seen: string[] = [];
+    const started = Date.now();
+    await expect(
+      client.watch(
+        '/api/v1/pods',
+        { timeoutSeconds: '1' },
+        (type, obj) => seen.push(`${type} ${obj.metadata.name}`),
+        new AbortController().signal,
+      ),
+    ).rejects.toThrow(/no data past its timeout/);
+    expect(seen).toEqual(['ADDED a']);
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it('ends quietly when its signal aborts', async () => {
+    const client = await stalling();
+    const abort = new AbortController();
+    const watching = client.watch('/api/v1/pods', {}, () => abort.abort(), abort.signal);
+    await expect(watching).resolves.toBeUndefined();
+  });
+});
