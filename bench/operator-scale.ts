@@ -50,13 +50,11 @@ function peakRssMiB(pid: number): number {
   return kb / 1024;
 }
 
-/** A counter of the operator's /metrics so far, summed by some of its labels (values joined by a space). */
-async function counterBy(
-  port: number,
-  metric: string,
-  ...labels: string[]
-): Promise<Record<string, number>> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+/** The operator's /metrics text now. */
+const scrape = async (port: number) => (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+
+/** A counter of a /metrics text, summed by some of its labels (values joined by a space). */
+function counterBy(text: string, metric: string, ...labels: string[]): Record<string, number> {
   const out: Record<string, number> = {};
   for (const l of text.split('\n').filter((x) => x.startsWith(`${metric}{`))) {
     const value = labels
@@ -67,19 +65,18 @@ async function counterBy(
   return out;
 }
 
-/** API writes so far, by kind (jobfleet_api_writes_total). */
-const writesByKind = (port: number) => counterBy(port, 'jobfleet_api_writes_total', 'kind');
-
-/** API requests so far, by verb (jobfleet_api_requests_total). */
-/** One unlabelled gauge of the operator's /metrics. */
-async function gauge(port: number, metric: string): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+/** One unlabelled gauge of a /metrics text. */
+function gauge(text: string, metric: string): number {
   const line = text.split('\n').find((l) => l.startsWith(`${metric} `));
   return Number(line?.split(' ')[1] ?? NaN);
 }
 
-const requestsByVerb = (port: number) =>
-  counterBy(port, 'jobfleet_api_requests_total', 'verb', 'resource');
+/** API writes so far, by kind (jobfleet_api_writes_total). */
+const writesByKind = async (port: number) =>
+  counterBy(await scrape(port), 'jobfleet_api_writes_total', 'kind');
+
+/** The value at quantile `q` (0..1) of ascending `sorted`, 0 when empty. */
+const quantile = (sorted: number[], q: number) => sorted[Math.floor(sorted.length * q)] ?? 0;
 
 const total = (w: Record<string, number>) => Object.values(w).reduce((a, b) => a + b, 0);
 
@@ -156,7 +153,7 @@ async function floorRun(count: number): Promise<{ seconds: number; medianAvailab
     }
     return {
       seconds: (performance.now() - t0) / 1000,
-      medianAvailable: availableAt[Math.floor(count / 2)] ?? 0,
+      medianAvailable: quantile(availableAt, 0.5),
     };
   } finally {
     await plane.stop();
@@ -262,9 +259,10 @@ export async function runOperatorBench(opts: {
     const lags = [...healthyAt]
       .map(([name, at]) => at - (availableAt.get(name) ?? at))
       .sort((a, b) => a - b);
-    const requests = await requestsByVerb(port);
-    const heapUsedMiB = (await gauge(port, 'nodejs_heap_size_used_bytes')) / 2 ** 20;
-    const connections = await counterBy(port, 'jobfleet_api_connections_total', 'purpose');
+    const converged = await scrape(port);
+    const requests = counterBy(converged, 'jobfleet_api_requests_total', 'verb', 'resource');
+    const heapUsedMiB = gauge(converged, 'nodejs_heap_size_used_bytes') / 2 ** 20;
+    const connections = counterBy(converged, 'jobfleet_api_connections_total', 'purpose');
     // Let the last status writes and Deployment events settle, then watch a steady state.
     await sleep(5000);
     const settled = await writesByKind(port);
@@ -281,12 +279,9 @@ export async function runOperatorBench(opts: {
       convergeSeconds,
       floorSeconds: floor.seconds,
       floorMedianAvailableSeconds: floor.medianAvailable,
-      firstHealthySeconds: times[0] ?? 0,
-      medianHealthySeconds: times[Math.floor(times.length / 2)] ?? 0,
-      healthyLagSeconds: {
-        median: lags[Math.floor(lags.length / 2)] ?? 0,
-        p90: lags[Math.floor(lags.length * 0.9)] ?? 0,
-      },
+      firstHealthySeconds: quantile(times, 0),
+      medianHealthySeconds: quantile(times, 0.5),
+      healthyLagSeconds: { median: quantile(lags, 0.5), p90: quantile(lags, 0.9) },
       requestsPerJobWorker: Object.fromEntries(
         Object.entries(requests).map(([verb, n]) => [verb, n / opts.count]),
       ),

@@ -78,6 +78,37 @@ export function resourcePath(
   return `${base}${namespace ? `/namespaces/${namespace}` : ''}/${plural}${name ? `/${encodeURIComponent(name)}` : ''}`;
 }
 
+/** A response body: JSON when it parses, else the text (undefined when empty). */
+function parseBody(text: string): unknown {
+  try {
+    return text ? JSON.parse(text) : undefined;
+  } catch {
+    return text;
+  }
+}
+
+/** The error for a non-2xx answer, with the apiserver's Status reason and message when it sent one. */
+function apiError(status: number, body: unknown, what: string): KubeApiError {
+  const st = body as { reason?: string; message?: string } | undefined;
+  return new KubeApiError(
+    status,
+    st?.reason ?? 'Unknown',
+    st?.message ?? `${what}: HTTP ${status}`,
+    body,
+  );
+}
+
+/**
+ * Runs `abort` when `signal` fires, for as long as `req` lives. Not
+ * http.request's own `signal` option: with a keep-alive agent, a signal that
+ * fires after the response would destroy the socket the next request reuses.
+ */
+function untilClosed(req: http.ClientRequest, signal: AbortSignal, abort: () => void): void {
+  if (signal.aborted) abort();
+  signal.addEventListener('abort', abort, { once: true });
+  req.once('close', () => signal.removeEventListener('abort', abort));
+}
+
 export type ConnectionPurpose = 'requests' | 'watches';
 
 /** Who watches the client: the operator's request metrics, the RBAC test's record of calls. */
@@ -191,42 +222,17 @@ export class KubeClient {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let parsed: unknown = text;
-          try {
-            parsed = text ? JSON.parse(text) : undefined;
-          } catch {
-            // not JSON: keep the text
-          }
+          const parsed = parseBody(Buffer.concat(chunks).toString('utf8'));
           const status = res.statusCode ?? 0;
           this.requested(method, path, status);
-          if (status >= 200 && status < 300) {
-            resolve(parsed as T);
-            return;
-          }
-          const st = parsed as { reason?: string; message?: string } | undefined;
-          reject(
-            new KubeApiError(
-              status,
-              st?.reason ?? 'Unknown',
-              st?.message ?? `${method} ${path}: HTTP ${status}`,
-              parsed,
-            ),
-          );
+          if (status >= 200 && status < 300) resolve(parsed as T);
+          else reject(apiError(status, parsed, `${method} ${path}`));
         });
         res.on('error', reject);
       });
       req.on('error', reject);
       req.setTimeout(30_000, () => req.destroy(new Error(`${method} ${path}: timed out`)));
-      // Not http.request's own `signal` option: with a keep-alive agent, a
-      // signal that fires after the response would destroy the socket the
-      // next request (a watch) reuses. The listener lives as long as the request.
-      if (signal) {
-        const abort = () => req.destroy(signal.reason as Error);
-        if (signal.aborted) abort();
-        signal.addEventListener('abort', abort, { once: true });
-        req.once('close', () => signal.removeEventListener('abort', abort));
-      }
+      if (signal) untilClosed(req, signal, () => req.destroy(signal.reason as Error));
       if (payload !== undefined) req.write(payload);
       req.end();
     });
@@ -254,22 +260,7 @@ export class KubeClient {
         if (status !== 200) {
           let text = '';
           res.on('data', (c: string) => (text += c));
-          res.on('end', () => {
-            let st: { reason?: string; message?: string } = {};
-            try {
-              st = JSON.parse(text) as typeof st;
-            } catch {
-              // not JSON
-            }
-            reject(
-              new KubeApiError(
-                status,
-                st.reason ?? 'Unknown',
-                st.message ?? `watch ${path}: HTTP ${status}`,
-                st,
-              ),
-            );
-          });
+          res.on('end', () => reject(apiError(status, parseBody(text), `watch ${path}`)));
           return;
         }
         let buffered = '';
@@ -303,13 +294,10 @@ export class KubeClient {
         req.setTimeout((timeout + Math.min(30, timeout)) * 1000, () =>
           req.destroy(new Error(`watch ${path}: no data past its timeout; reconnecting`)),
         );
-      const abort = () => {
+      untilClosed(req, signal, () => {
         req.destroy();
         resolve();
-      };
-      if (signal.aborted) abort();
-      signal.addEventListener('abort', abort, { once: true });
-      req.once('close', () => signal.removeEventListener('abort', abort));
+      });
       req.end();
     });
   }

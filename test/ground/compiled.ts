@@ -9,6 +9,9 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { repoRoot } from './control-plane.js';
 
+/** Outputs known to be newer than every source, in this process. */
+const built = new Set<string>();
+
 /** The directories tsconfig.build.json compiles. */
 const SOURCES = ['src', 'worker', 'examples/worker'];
 
@@ -36,6 +39,8 @@ const mtimeMs = (p: string) => {
  */
 export function compiled(entry: string): string {
   const out = path.join(repoRoot, 'dist', entry.replace(/\.ts$/, '.js'));
+  // checked once per process: the dev ground asks at every pod start
+  if (built.has(out)) return out;
   const newest = Math.max(...SOURCES.map((d) => newestSourceMs(path.join(repoRoot, d))));
   if (mtimeMs(out) < newest) {
     const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
@@ -44,5 +49,6 @@ export function compiled(entry: string): string {
       stdio: 'inherit',
     });
   }
+  built.add(out);
   return out;
 }
