@@ -98,7 +98,8 @@ interface ExecCredential {
 export class KubeAccess implements KubeAccessLike {
   private readonly tls: https.AgentOptions = {};
   private tokenFile: WatchedFile | undefined;
-  private exec: { config: ExecConfig; cached?: ExecCredential } | undefined;
+  private exec:
+    { config: ExecConfig; cached?: ExecCredential; running?: Promise<ExecCredential> } | undefined;
   private authorization: string | undefined;
 
   private constructor(
@@ -239,12 +240,31 @@ export class KubeAccess implements KubeAccessLike {
     if (authorization) opts.headers = { ...opts.headers, authorization };
   }
 
-  /** The exec plugin's credential, run again a minute before it expires. */
-  private async execCredential(): Promise<ExecCredential> {
-    const e = this.exec as { config: ExecConfig; cached?: ExecCredential };
+  /**
+   * The exec plugin's credential, run again a minute before it expires; the
+   * concurrent requests that find it expired share one run of the plugin.
+   */
+  private execCredential(): Promise<ExecCredential> {
+    const e = this.exec as NonNullable<KubeAccess['exec']>;
     const c = e.cached;
-    if (c && (c.expiresAt === undefined || c.expiresAt - Date.now() > 60_000)) return c;
-    const { command, args = [], env = [], apiVersion } = e.config;
+    if (c && (c.expiresAt === undefined || c.expiresAt - Date.now() > 60_000))
+      return Promise.resolve(c);
+    e.running ??= this.runExec(e.config).then(
+      (cred) => {
+        e.cached = cred;
+        e.running = undefined;
+        return cred;
+      },
+      (err: unknown) => {
+        e.running = undefined;
+        throw err;
+      },
+    );
+    return e.running;
+  }
+
+  private async runExec(config: ExecConfig): Promise<ExecCredential> {
+    const { command, args = [], env = [], apiVersion } = config;
     const info = {
       apiVersion: apiVersion ?? 'client.authentication.k8s.io/v1',
       kind: 'ExecCredential',
@@ -284,13 +304,12 @@ export class KubeAccess implements KubeAccessLike {
     ).status;
     if (!status?.token && !status?.clientCertificateData)
       throw new Error(`kubeconfig exec plugin ${command} returned no token and no certificate`);
-    e.cached = {
+    return {
       token: status.token,
       clientCertificateData: status.clientCertificateData,
       clientKeyData: status.clientKeyData,
       expiresAt: status.expirationTimestamp ? Date.parse(status.expirationTimestamp) : undefined,
     };
-    return e.cached;
   }
 }
 
