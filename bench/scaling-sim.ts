@@ -1,201 +1,200 @@
-// Scaling simulator (issue 6): replays arrival traces through a FIFO queue
-// model, driven by (a) jobfleet's decision module — the same decideReplicas
-// the operator runs, (b) a KEDA-style depth scaler under HPA's default
-// behaviour, and (c) an offline oracle. Reports % of time the oldest message
-// exceeded the objective, replica-seconds and scale events; writes an SVG per
-// trace.
+// Scaling simulator: replays arrival traces (./scaling-traces.ts) through the
+// per-message queue and fleet of ./scaling-model.ts, driven by (a) jobfleet's
+// decision module — the same decideReplicas and estimateCapacity the operator
+// runs, (b) a KEDA-style depth scaler under HPA's default behaviour, and
+// (c) an offline oracle. The scalers see only what they would see live: the
+// management API's queue statistics, sampled every 5 s and read at their own
+// poll interval; the workers' counters as the operator reads them from each
+// pod at its poll; the throttling rate as Prometheus' rate(...[1m]) over 15 s
+// scrapes. Each trace runs for several seeds; the report gives medians and
+// ranges.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { estimateCapacity, type CapacityMemory } from '../src/reconcile/capacity.js';
 import { decideReplicas, type ScalingSpec, type ScalingState } from '../src/reconcile/scaling.js';
+import {
+  fluidFleet,
+  messageFleet,
+  MODEL,
+  type Fleet,
+  type Trace,
+  type Truth,
+} from './scaling-model.js';
+import { TRACES } from './scaling-traces.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
-export interface Trace {
-  name: string;
-  seconds: number;
-  /** arrivals per second at time t */
-  rate(t: number): number;
-  /** the dependency's capacity (msg/s) beyond which it throttles; undefined = unlimited */
-  dependencyCapacity?: number;
-}
-
-/** Per-replica service rate (msg/s), pod start delay (s), objective (s). */
-export const MODEL = {
-  perReplica: 10,
-  startDelay: 15,
-  objective: 30,
-  prefetch: 8,
-  maxReplicas: 80,
-};
-
-export const TRACES: Trace[] = [
-  { name: 'step', seconds: 3600, rate: (t) => (t < 600 ? 20 : t < 2400 ? 150 : 40) },
-  { name: 'spike', seconds: 3600, rate: (t) => (t >= 900 && t < 1020 ? 600 : 30) },
-  {
-    name: 'diurnal',
-    seconds: 4 * 3600,
-    rate: (t) => 120 + 100 * Math.sin((2 * Math.PI * t) / (4 * 3600)),
-  },
-  // A dependency that takes at most 120 msg/s (12 replicas' worth): a burst above it can only
-  // wait its turn, and replicas beyond 12 buy nothing but throttled calls.
-  {
-    name: 'throttled',
-    seconds: 3600,
-    rate: (t) => (t % 900 >= 600 && t % 900 < 660 ? 200 : 70),
-    dependencyCapacity: 120,
-  },
-];
-
-interface Controller {
-  name: string;
-  /** called every second; returns the wanted replicas (applied after the start delay when rising) */
-  decide(t: number, obs: Observation): number;
-}
-
-interface Observation {
-  depth: number;
-  oldestAge: number;
-  arrivalRate: number;
-  completionRate: number;
+/** What a scaler can see at time `now` (s). */
+interface View {
+  now: number;
+  /** the management API's last statistics sample (every 5 s) */
+  queue: {
+    depth: number;
+    unacked: number;
+    oldestAge: number;
+    publishRate: number;
+    ackRate: number;
+  };
+  /** the workers' counters, read from each pod when the scaler asks (the operator's own reads) */
+  workers: { handlerSeconds: number; handlerCount: number; completed: number; inflight: number };
+  /** refused calls/s over the last minute of scrapes (Prometheus' rate(...[1m])) */
   throttleRate: number;
-  replicas: number;
   ready: number;
 }
 
+interface Scaler {
+  name: string;
+  /** called every second; returns the replicas wanted */
+  decide(v: View): number;
+  /** the scaler's per-replica capacity estimate, if it makes one */
+  capacity?(): number | undefined;
+}
+
 export interface SimResult {
-  controller: string;
+  scaler: string;
   overObjectivePct: number;
   replicaSeconds: number;
   scaleEvents: number;
-  /** calls the dependency refused (each one a retry later) */
   throttledCalls: number;
+  /** |estimate ÷ truth − 1| while the queue was empty, median (jobfleet only, constant-capacity traces) */
+  capacityError?: number;
   series: Array<{ t: number; age: number; replicas: number }>;
 }
 
-function simulate(trace: Trace, controller: Controller): SimResult {
-  const queue: Array<{ at: number; n: number }> = []; // FIFO buckets of arrivals
-  let wanted = 1;
-  let ready = 1; // replicas able to consume
-  const starting: Array<{ at: number; n: number }> = [];
+function run(trace: Trace, fleet: Fleet, scaler: Scaler): SimResult {
+  let current = 1;
   let over = 0;
   let replicaSeconds = 0;
   let events = 0;
-  let lastWanted = 1;
-  const series: SimResult['series'] = [];
-  const window: Array<{ arrived: number; done: number; throttled: number }> = [];
-  let carry = 0;
   let throttledCalls = 0;
-
+  let throttledCum = 0;
+  const recent: Truth[] = [];
+  const scrapes: Array<{ t: number; throttled: number }> = []; // Prometheus, every 15 s
+  let queue: View['queue'] = { depth: 0, unacked: 0, oldestAge: 0, publishRate: 0, ackRate: 0 };
+  let sampledAt = 0;
+  const series: SimResult['series'] = [];
+  const errors: number[] = [];
+  const truthCapacity = MODEL.prefetch / trace.service.mean;
   for (let t = 0; t < trace.seconds; t++) {
-    // arrivals (fractional rates accumulate)
-    carry += trace.rate(t);
-    const arrived = Math.floor(carry);
-    carry -= arrived;
-    if (arrived) queue.push({ at: t, n: arrived });
-    // pods that finished starting
-    while (starting.length && starting[0]!.at <= t) ready += starting.shift()!.n;
-    // service
-    let capacity = ready * MODEL.perReplica;
-    let throttled = 0;
-    if (trace.dependencyCapacity !== undefined && capacity > trace.dependencyCapacity) {
-      // calls beyond the dependency's capacity are throttled and retried later
-      const depthNow = queue.reduce((s, b) => s + b.n, 0);
-      throttled = Math.max(0, Math.min(depthNow, capacity) - trace.dependencyCapacity);
-      capacity = trace.dependencyCapacity;
-      throttledCalls += throttled;
+    const truth = fleet.tick(t);
+    const now = t + 1;
+    if (truth.oldestWait > MODEL.objective) over++;
+    replicaSeconds += truth.paid;
+    throttledCalls += truth.throttled;
+    throttledCum += truth.throttled;
+    recent.push(truth);
+    if (recent.length > 5) recent.shift();
+    if (now % 5 === 0) {
+      const mean = (k: 'arrived' | 'completed') => recent.reduce((s, x) => s + x[k], 0) / 5;
+      queue = {
+        depth: truth.depth,
+        unacked: truth.inflight,
+        oldestAge: truth.oldestAge,
+        publishRate: mean('arrived'),
+        ackRate: mean('completed'),
+      };
+      sampledAt = now;
     }
-    let done = 0;
-    while (capacity > 0 && queue.length) {
-      const head = queue[0]!;
-      const take = Math.min(head.n, capacity);
-      head.n -= take;
-      capacity -= take;
-      done += take;
-      if (head.n === 0) queue.shift();
-    }
-    const depth = queue.reduce((s, b) => s + b.n, 0);
-    const oldestAge = queue.length ? t - queue[0]!.at : 0;
-    if (oldestAge > MODEL.objective) over++;
-    replicaSeconds += ready + starting.reduce((s, x) => s + x.n, 0);
-    window.push({ arrived, done, throttled });
-    if (window.length > 5) window.shift();
-    const rate = (k: 'arrived' | 'done' | 'throttled') =>
-      window.reduce((s, w) => s + w[k], 0) / window.length;
-
-    const next = controller.decide(t, {
-      depth,
-      oldestAge,
-      arrivalRate: rate('arrived'),
-      completionRate: rate('done'),
-      throttleRate: rate('throttled'),
-      replicas: ready + starting.reduce((s, x) => s + x.n, 0),
-      ready,
+    if (now % 15 === 0 || scrapes.length === 0) scrapes.push({ t: now, throttled: throttledCum });
+    while (scrapes.length > 1 && now - scrapes[0]!.t > 60) scrapes.shift();
+    const last = scrapes.at(-1)!;
+    const first = scrapes[0]!;
+    const want = scaler.decide({
+      now,
+      queue: { ...queue, oldestAge: queue.depth > 0 ? queue.oldestAge + (now - sampledAt) : 0 },
+      workers: {
+        handlerSeconds: truth.handlerSeconds,
+        handlerCount: truth.handlerCount,
+        completed: truth.completedTotal,
+        inflight: truth.inflight,
+      },
+      throttleRate: last.t > first.t ? (last.throttled - first.throttled) / (last.t - first.t) : 0,
+      ready: truth.ready,
     });
-    if (next !== lastWanted) events++;
-    lastWanted = next;
-    const total = ready + starting.reduce((s, x) => s + x.n, 0);
-    if (next > total) starting.push({ at: t + MODEL.startDelay, n: next - total });
-    else if (next < total) {
-      let drop = total - next;
-      // cancel pods still starting first, then stop running ones (drain is instant here)
-      while (drop > 0 && starting.length) {
-        const last = starting[starting.length - 1]!;
-        const k = Math.min(drop, last.n);
-        last.n -= k;
-        drop -= k;
-        if (last.n === 0) starting.pop();
-      }
-      ready -= drop;
+    if (want !== current) {
+      events++;
+      fleet.scale(want, now);
+      current = want;
     }
-    wanted = next;
-    if (t % 10 === 0) series.push({ t, age: oldestAge, replicas: ready });
+    const estimate = scaler.capacity?.();
+    if (estimate !== undefined && truth.depth === 0 && !trace.dependency)
+      errors.push(Math.abs(estimate / truthCapacity - 1));
+    if (t % 10 === 0) series.push({ t, age: truth.oldestWait, replicas: truth.paid });
   }
-  void wanted;
   return {
-    controller: controller.name,
+    scaler: scaler.name,
     overObjectivePct: (100 * over) / trace.seconds,
-    replicaSeconds,
+    replicaSeconds: Math.round(replicaSeconds),
     scaleEvents: events,
     throttledCalls,
+    ...(errors.length && { capacityError: median(errors) }),
     series,
   };
 }
 
-/** jobfleet: the operator's decision module, polled every 10 s. */
-function jobfleet(trace: Trace): Controller {
+/** The operator's own decision: capacity from the workers' counters, decideReplicas every 10 s. */
+function jobfleet(trace: Trace): Scaler {
+  const perReplica = MODEL.prefetch / trace.service.mean;
   const spec: ScalingSpec = {
     minReplicas: 1,
     maxReplicas: MODEL.maxReplicas,
     targetOldestAgeSeconds: MODEL.objective,
     scaleDownStabilizationSeconds: 300,
     prefetch: MODEL.prefetch,
-    // the dependency's budget expressed as in-flight calls: capacity ÷ per-replica rate × prefetch
+    // the dependency's budget as in-flight calls, set generously (twice its capacity's worth):
+    // throttling, not this figure, has to find the real limit
     maxConcurrency:
-      trace.dependencyCapacity !== undefined
-        ? Math.ceil(trace.dependencyCapacity / MODEL.perReplica) * MODEL.prefetch * 2
+      trace.dependency?.capacity !== undefined
+        ? Math.ceil(trace.dependency.capacity / perReplica) * MODEL.prefetch * 2
         : undefined,
   };
   let state: ScalingState = { recommendations: [] };
+  let capacity: CapacityMemory | undefined;
+  let estimate: number | undefined;
   let current = 1;
   return {
     name: 'jobfleet (age)',
-    decide(t, o) {
-      if (t % 10 !== 0) return current;
+    capacity: () => estimate,
+    decide(v) {
+      if (v.now % 10 !== 0) return current;
+      const c = estimateCapacity(
+        {
+          source: 'WorkerMetrics',
+          pods: [
+            {
+              pod: 'fleet',
+              handlerSecondsSum: v.workers.handlerSeconds,
+              handlerRuns: v.workers.handlerCount,
+              completed: v.workers.completed,
+              inflight: v.workers.inflight,
+            },
+          ],
+        },
+        MODEL.prefetch,
+        capacity,
+        v.now * 1000,
+      );
+      capacity = c.memory;
+      estimate = c.estimate?.perReplica;
+      const completedRate = c.estimate?.completedRate;
       const d = decideReplicas(
         spec,
-        o.replicas,
+        current,
         {
           ok: true,
-          oldestAgeSeconds: o.oldestAge,
-          depth: o.depth,
-          arrivalRate: o.arrivalRate,
-          completionRate: o.completionRate,
-          throttleRate: trace.dependencyCapacity !== undefined ? o.throttleRate : undefined,
-          readyReplicas: o.ready,
+          oldestAgeSeconds: v.queue.oldestAge,
+          depth: v.queue.depth,
+          unacked: v.queue.unacked,
+          arrivalRate: v.queue.publishRate,
+          completionRate: v.queue.ackRate,
+          throttleRate: trace.dependency?.capacity !== undefined ? v.throttleRate : undefined,
+          readyReplicas: v.ready,
+          ...(estimate !== undefined && { capacityPerReplica: estimate }),
+          ...(completedRate !== undefined && { workerCompletedRate: completedRate }),
         },
         state,
-        t * 1000,
+        v.now * 1000,
       );
       state = d.state;
       current = d.desired;
@@ -210,7 +209,7 @@ function jobfleet(trace: Trace): Controller {
  * scale up by max(100 %, 4 pods) per 15 s with no window, scale down after a
  * 300 s window by at most 100 % per 15 s.
  */
-function kedaDepth(): Controller {
+function kedaDepth(): Scaler {
   const target = 20;
   let current = 1;
   let lastMetric = 0;
@@ -218,8 +217,9 @@ function kedaDepth(): Controller {
   let lastChange = -15;
   return {
     name: 'KEDA-style depth',
-    decide(t, o) {
-      if (t % 30 === 0) lastMetric = o.depth;
+    decide(v) {
+      const t = v.now;
+      if (t % 30 === 0) lastMetric = v.queue.depth;
       if (t % 15 !== 0) return current;
       const desired = Math.min(MODEL.maxReplicas, Math.max(1, Math.ceil(lastMetric / target)));
       history.push({ t, r: desired });
@@ -228,7 +228,6 @@ function kedaDepth(): Controller {
       let next = current;
       if (desired > current) next = Math.min(desired, Math.max(current * 2, current + 4));
       else if (desired < current) next = Math.max(Math.max(...history.map((h) => h.r)), 1);
-      next = Math.min(next, current > next ? current : MODEL.maxReplicas);
       if (next !== current) lastChange = t;
       current = next;
       return current;
@@ -238,50 +237,148 @@ function kedaDepth(): Controller {
 
 /**
  * The offline oracle: knows every arrival, starts pods instantly, and serves
- * each message at the last second its age allows — the fewest replica-seconds
- * that meet the objective (a lower bound no online scaler reaches).
+ * each message at the last second its age allows, at the mean service time —
+ * the fewest replica-seconds that meet the objective (a lower bound no online
+ * scaler reaches; it pays nothing for pods starting or draining, nor for
+ * handler-time noise).
  */
-function oracle(trace: Trace): SimResult {
-  const arrivals: number[] = [];
-  let carry = 0;
-  for (let t = 0; t < trace.seconds; t++) {
-    carry += trace.rate(t);
-    arrivals.push(Math.floor(carry));
-    carry -= Math.floor(carry);
-  }
-  const cap = trace.dependencyCapacity ?? Infinity;
-  let served = 0;
+function oracle(trace: Trace, arrivals: number[]): SimResult {
+  const perReplica = MODEL.prefetch / trace.service.mean;
+  const cap = trace.dependency?.capacity ?? Infinity;
+  const knee = trace.dependency?.knee;
+  // Replicas that serve `rate` msg/s; with a latency that rises with in-flight calls I,
+  // I = rate × mean × (1 + I/knee) → I = rate × mean / (1 − rate × mean / knee).
+  const replicasFor = (rate: number): number => {
+    if (rate <= 0) return 0;
+    if (!knee) return Math.ceil(rate / perReplica - 1e-9);
+    const load = rate * trace.service.mean;
+    if (load >= knee) return MODEL.maxReplicas;
+    return Math.min(MODEL.maxReplicas, Math.ceil(load / (1 - load / knee) / MODEL.prefetch - 1e-9));
+  };
+  const most = MODEL.maxReplicas * perReplica;
+  const due: number[] = [];
   let cum = 0;
+  for (const a of arrivals) due.push((cum += a));
+  let served = 0;
   let replicaSeconds = 0;
   let events = 0;
   let last = 0;
-  const series: SimResult['series'] = [];
-  const due: number[] = []; // cumulative arrivals that must be served by t
-  for (let t = 0; t < trace.seconds; t++) {
-    cum += arrivals[t] ?? 0;
-    due.push(cum);
-  }
   let over = 0;
-  for (let t = 0; t < trace.seconds; t++) {
+  const series: SimResult['series'] = [];
+  for (let t = 0; t < arrivals.length; t++) {
     const mustBy = t - MODEL.objective >= 0 ? (due[t - MODEL.objective] ?? 0) : 0;
     const need = Math.max(0, mustBy - served);
-    const rate = Math.min(need, cap, MODEL.maxReplicas * MODEL.perReplica);
+    const rate = Math.min(need, cap, most);
     if (need > rate) over++;
-    const replicas = Math.ceil(rate / MODEL.perReplica);
-    served += Math.min(rate, replicas * MODEL.perReplica);
+    const replicas = replicasFor(rate);
+    served += rate;
     replicaSeconds += replicas;
     if (replicas !== last) events++;
     last = replicas;
     if (t % 10 === 0) series.push({ t, age: 0, replicas });
   }
   return {
-    controller: 'oracle (offline)',
-    overObjectivePct: (100 * over) / trace.seconds,
+    scaler: 'oracle (offline)',
+    overObjectivePct: (100 * over) / arrivals.length,
     replicaSeconds,
     scaleEvents: events,
     throttledCalls: 0,
     series,
   };
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+export interface TraceSummary {
+  trace: string;
+  about: string;
+  rows: Array<{
+    scaler: string;
+    overPct: number[];
+    vsOracle: number[];
+    events: number[];
+    throttled: number[];
+    capacityError: number[];
+  }>;
+}
+
+export interface Validation {
+  trace: string;
+  message: { replicaSeconds: number; overPct: number; maxAge: number };
+  fluid: { replicaSeconds: number; overPct: number; maxAge: number };
+}
+
+/** Every trace × seeds 1..n: jobfleet, the depth scaler and the oracle on the same arrivals. */
+export function runScalingSim(seeds: number): { traces: TraceSummary[]; validation: Validation[] } {
+  const traces = TRACES.map((make) => {
+    const byScaler = new Map<string, TraceSummary['rows'][number]>();
+    let about = '';
+    let name = '';
+    for (let seed = 1; seed <= seeds; seed++) {
+      const trace = make(seed);
+      name = trace.name;
+      about = trace.about;
+      const fleetA = messageFleet(trace, seed);
+      const ours = run(trace, fleetA, jobfleet(trace));
+      const keda = run(trace, messageFleet(trace, seed), kedaDepth());
+      const best = oracle(trace, fleetA.arrivals);
+      for (const r of [ours, keda, best]) {
+        const row = byScaler.get(r.scaler) ?? {
+          scaler: r.scaler,
+          overPct: [],
+          vsOracle: [],
+          events: [],
+          throttled: [],
+          capacityError: [],
+        };
+        row.overPct.push(r.overObjectivePct);
+        row.vsOracle.push(r.replicaSeconds / best.replicaSeconds);
+        row.events.push(r.scaleEvents);
+        row.throttled.push(r.throttledCalls);
+        if (r.capacityError !== undefined) row.capacityError.push(r.capacityError);
+        byScaler.set(r.scaler, row);
+      }
+      if (seed === 1)
+        writeFileSync(
+          path.join(here, `scaling-${slug(trace.name)}.svg`),
+          svg(trace, [ours, keda, best]),
+        );
+    }
+    return { trace: name, about, rows: [...byScaler.values()] };
+  });
+  return { traces, validation: validate() };
+}
+
+/**
+ * The per-message model against the fluid one where they must agree: even
+ * arrivals, every message taking exactly the mean, no dependency.
+ */
+function validate(): Validation[] {
+  return TRACES.slice(0, 3).map((make) => {
+    const base = make(1);
+    const trace: Trace = { ...base, service: { mean: base.service.mean, sigma: 0 } };
+    const summarize = (fleet: Fleet) => {
+      const r = run(trace, fleet, jobfleet(trace));
+      return {
+        replicaSeconds: r.replicaSeconds,
+        overPct: r.overObjectivePct,
+        maxAge: Math.max(...r.series.map((s) => s.age)),
+      };
+    };
+    return {
+      trace: trace.name,
+      message: summarize(messageFleet(trace, 1, true)),
+      fluid: summarize(fluidFleet(trace)),
+    };
+  });
+}
+
+function slug(name: string): string {
+  return name.replace(/[^a-z0-9]+/g, '-');
 }
 
 function svg(trace: Trace, results: SimResult[]): string {
@@ -313,8 +410,8 @@ function svg(trace: Trace, results: SimResult[]): string {
     `<text x="4" y="${yRep(maxRep) + 8}">${maxRep}</text>`,
   ];
   results.forEach((r, i) => {
-    const color = colors[r.controller] ?? '#000';
-    if (r.controller !== 'oracle (offline)')
+    const color = colors[r.scaler] ?? '#000';
+    if (r.scaler !== 'oracle (offline)')
       parts.push(
         line(
           r.series.map((s) => `${x(s.t).toFixed(1)},${yAge(s.age).toFixed(1)}`).join(' '),
@@ -327,16 +424,8 @@ function svg(trace: Trace, results: SimResult[]): string {
         color,
       ),
     );
-    parts.push(`<text x="${pad + i * 170}" y="${H - 8}" fill="${color}">■ ${r.controller}</text>`);
+    parts.push(`<text x="${pad + i * 170}" y="${H - 8}" fill="${color}">■ ${r.scaler}</text>`);
   });
   parts.push('</svg>');
   return parts.join('\n');
-}
-
-export function runScalingSim(): Array<{ trace: string; results: SimResult[] }> {
-  return TRACES.map((trace) => {
-    const results = [simulate(trace, jobfleet(trace)), simulate(trace, kedaDepth()), oracle(trace)];
-    writeFileSync(path.join(here, `scaling-${trace.name}.svg`), svg(trace, results));
-    return { trace: trace.name, results };
-  });
 }

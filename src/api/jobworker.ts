@@ -438,6 +438,18 @@ export const jobWorkerStatus = z
       .int()
       .optional()
       .describe('Messages waiting in the work queue, two significant figures'),
+    capacityPerReplica: z
+      .number()
+      .optional()
+      .describe(
+        'Jobs per second one worker replica completes with its slots full, two significant figures: prefetch ÷ the mean time a job takes (docs/scaling.md)',
+      ),
+    capacitySource: z
+      .enum(['Prometheus', 'WorkerMetrics', 'Saturation'])
+      .optional()
+      .describe(
+        'Where capacityPerReplica comes from: the workers’ figures through Prometheus or read from the pods, or the completion rate while a backlog waited',
+      ),
     scaling: z
       .object({
         limitedBy: z

@@ -7,10 +7,12 @@ import { API_VERSION, KIND, parseSpec, type JobWorkerSpec } from '../api/jobwork
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { OperatorMetrics } from '../metrics.js';
 import { envProblems } from '../reconcile/desired.js';
+import type { CapacityReading } from '../reconcile/capacity.js';
 import type { Observation, Problem, QueueObservation } from '../reconcile/observation.js';
 import type { DeadLetterInput } from '../reconcile/status.js';
 import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.js';
 import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
+import { readWorkerCounters } from '../signals/worker-capacity.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
 
 /** The RabbitMQ management API and vhost a JobWorker's Secrets name; undefined without both URLs. */
@@ -44,6 +46,13 @@ interface DeadLetterRead {
   error?: string;
 }
 
+/**
+ * Without Prometheus, how often the worker pods' own figures are read per
+ * JobWorker: a pod list and a few HTTP reads, and capacity moves slowly
+ * (its estimate is a five-minute window).
+ */
+const WORKER_COUNTERS_READ_MS = 30_000;
+
 /** How long a reconcile waits for a quarantine read before going on with the last one. */
 const DEAD_LETTER_READ_WAIT_MS = 2000;
 
@@ -57,6 +66,8 @@ export class Observer {
   private readonly deadLetterReads = new Map<string, DeadLetterRead>();
   /** per JobWorker until it is forgotten: a read started before forget() writes nothing */
   private readonly deadLetterTokens = new Map<string, object>();
+  /** per JobWorker: when its worker pods' figures were last read */
+  private readonly countersReadAt = new Map<string, number>();
 
   constructor(private readonly d: ObserverDeps) {}
 
@@ -96,7 +107,7 @@ export class Observer {
     const polling = !!secrets.values.get('spec.broker.managementUrlSecretRef');
     const queue =
       spec && problems.length === 0
-        ? await this.queue(namespace, name, spec, secrets.values)
+        ? await this.queue(namespace, name, spec, secrets.values, deployment)
         : undefined;
     const deadLetters =
       spec && this.d.deadLetters
@@ -118,6 +129,7 @@ export class Observer {
   forget(namespace: string, name: string): void {
     this.deadLetterReads.delete(`${namespace}/${name}`);
     this.deadLetterTokens.delete(`${namespace}/${name}`);
+    this.countersReadAt.delete(`${namespace}/${name}`);
   }
 
   private async queue(
@@ -125,6 +137,7 @@ export class Observer {
     name: string,
     spec: JobWorkerSpec,
     secrets: Map<string, string>,
+    deployment: KubeObject | undefined,
   ): Promise<QueueObservation> {
     const api = managementApi(secrets);
     if (!api)
@@ -136,9 +149,18 @@ export class Observer {
     try {
       const stats = await fetchQueueStats(api.url, api.vhost, spec.broker.queue);
       const prometheusUrl = spec.scaling.prometheusUrl ?? this.d.prometheusUrl;
-      if (!prometheusUrl) return { ok: true, stats };
+      if (!prometheusUrl) {
+        const ready = (deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas;
+        const capacity = ready ? await this.workerCounters(namespace, name) : undefined;
+        return { ok: true, stats, ...(capacity && { capacity }) };
+      }
       const fleet = await fetchFleetSignals(prometheusUrl, namespace, name);
-      return { ok: true, stats, throttleRate: fleet.throttleRate };
+      return {
+        ok: true,
+        stats,
+        throttleRate: fleet.throttleRate,
+        ...(fleet.pods.length && { capacity: { source: 'Prometheus', pods: fleet.pods } }),
+      };
     } catch (err) {
       return {
         ok: false,
@@ -148,6 +170,20 @@ export class Observer {
             : `queue signal failed: ${(err as Error).message}`,
       };
     }
+  }
+
+  /** The worker pods' own figures, when due; an unreadable list is no reading (capacity keeps its last). */
+  private async workerCounters(
+    namespace: string,
+    name: string,
+  ): Promise<CapacityReading | undefined> {
+    const key = `${namespace}/${name}`;
+    const now = this.d.now().getTime();
+    if (now - (this.countersReadAt.get(key) ?? -Infinity) < WORKER_COUNTERS_READ_MS)
+      return undefined;
+    this.countersReadAt.set(key, now);
+    const pods = await readWorkerCounters(this.d.client, namespace, name).catch(() => undefined);
+    return pods?.length ? { source: 'WorkerMetrics', pods } : undefined;
   }
 
   private async secret(namespace: string, name: string) {

@@ -2,6 +2,7 @@
 // each source a value, or the reason it is missing.
 import type { JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
+import type { CapacityReading } from './capacity.js';
 import type { QueueStats } from './queue-age.js';
 import type { DeadLetterInput } from './status.js';
 
@@ -12,7 +13,14 @@ export interface Problem {
 
 /** The queue as read for scaling: its statistics, or why there are none. */
 export type QueueObservation =
-  { ok: true; stats: QueueStats; throttleRate?: number } | { ok: false; missing: string };
+  | {
+      ok: true;
+      stats: QueueStats;
+      throttleRate?: number;
+      /** the workers' own figures, when read this time (./capacity.ts) */
+      capacity?: CapacityReading;
+    }
+  | { ok: false; missing: string };
 
 export interface Observation {
   raw: KubeObject;

@@ -19,6 +19,12 @@ import { iso } from './rollout.js';
 import { workersNeedChecking, workersReadyCondition, type WorkerReport } from './workers.js';
 import { queueAge, type AgeMemory } from './queue-age.js';
 import {
+  estimateCapacity,
+  type CapacityEstimate,
+  type CapacityMemory,
+  type CapacitySource,
+} from './capacity.js';
+import {
   planRollout,
   type RolloutAnswers,
   type RolloutNeed,
@@ -37,6 +43,7 @@ import { computeStatus, deadLetterDueInMs, observeDeployment } from './status.js
 export interface ScalingMemory {
   scaling: ScalingState;
   age: AgeMemory;
+  capacity?: CapacityMemory;
 }
 
 export interface PlanEvent {
@@ -55,6 +62,8 @@ export interface ScalingOutcome {
   oldestAgeSeconds?: number;
   queueDepth?: number;
   ageSource?: 'HeadTimestamp' | 'Estimated';
+  capacitySource?: CapacitySource | 'Saturation';
+  capacityPerReplica?: number;
 }
 
 export interface Plan {
@@ -327,15 +336,29 @@ function scale(
   let signals: Signals;
   let age: ReturnType<typeof queueAge>['age'] | undefined;
   let ageMemory = mem.age;
+  let capacityMemory = mem.capacity;
+  let capacity: CapacityEstimate | undefined;
   const q = obs.queue;
   if (q?.ok) {
     const r = queueAge(q.stats, nowMs, mem.age);
     ageMemory = r.memory;
     age = r.age;
+    const c = estimateCapacity(q.capacity, spec.broker.prefetch, mem.capacity, nowMs);
+    console.log(
+      'CAP',
+      nowMs,
+      JSON.stringify(q.capacity),
+      c.estimate?.perReplica,
+      c.memory.samples.length,
+    );
+    capacityMemory = c.memory;
+    capacity = c.estimate;
     signals = {
       ...age.signals,
       readyReplicas,
       ...(q.throttleRate !== undefined && { throttleRate: q.throttleRate }),
+      ...(capacity && { capacityPerReplica: capacity.perReplica }),
+      ...(capacity?.completedRate !== undefined && { workerCompletedRate: capacity.completedRate }),
     };
   } else signals = { ok: false, missing: q?.missing ?? 'no queue signal' };
   // A new fleet starts at minReplicas; an unreadable signal never moves it.
@@ -352,8 +375,18 @@ function scale(
       oldestAgeSeconds: age?.signals.oldestAgeSeconds,
       queueDepth: age?.signals.depth,
       ageSource: age?.ageSource,
+      ...(capacity
+        ? { capacitySource: capacity.source, capacityPerReplica: capacity.perReplica }
+        : d.state.perReplicaRate !== undefined && {
+            capacitySource: 'Saturation' as const,
+            capacityPerReplica: d.state.perReplicaRate,
+          }),
     },
-    memory: { scaling: d.state, age: ageMemory },
+    memory: {
+      scaling: d.state,
+      age: ageMemory,
+      ...(capacityMemory && { capacity: capacityMemory }),
+    },
   };
 }
 

@@ -32,6 +32,10 @@ export type Signals =
       throttleRate?: number;
       /** replicas ready to consume (pods still starting complete nothing); defaults to the current count */
       readyReplicas?: number;
+      /** msg/s one replica completes with its slots full, from the workers' own figures (./capacity.ts) */
+      capacityPerReplica?: number;
+      /** jobs/s the workers completed lately (what the dependency accepted), from the same figures */
+      workerCompletedRate?: number;
     }
   | { ok: false; missing: string };
 
@@ -64,6 +68,16 @@ export interface ScalingDecision {
 const HEADROOM = 1.1;
 /** How often AIMD may move the cap (s): one step per observation period, not per reconcile. */
 const AIMD_PERIOD_S = 30;
+/**
+ * Once a reading finds the queue empty, the backlog and whatever burst made
+ * it are over: scale down to the higher need of this reading and the one
+ * before, not to the highest of the full stabilization window — when that is
+ * a step of two replicas and a tenth of the fleet or more. Smaller steps are
+ * what a noisy arrival rate looks like; they wait for the full window. (Bench:
+ * the full window held a two-minute burst's replicas for five more minutes,
+ * 1.5–2.8× the oracle's replica-seconds.)
+ */
+const QUIET_STEP = 0.1;
 /** Multiplicative decrease of the cap while throttled. */
 const DECREASE = 0.75;
 /** Throttled responses per second that count as "the dependency is pushing back". */
@@ -140,17 +154,33 @@ export function decideReplicas(
       state.perReplicaRate === undefined ? sample : 0.7 * state.perReplicaRate + 0.3 * sample;
   }
 
-  // AIMD on the downstream cap: ×0.75 while the dependency throttles, +1 per quiet period.
-  // (Halving, as TCP does, overshoots here: it drops the fleet well below what the
-  // dependency does accept, and +1 per period takes minutes to climb back.)
+  // AIMD on the downstream cap. While the dependency throttles, the cap drops to
+  // the replicas that carry what it accepted (the workers' completions ÷ one
+  // replica's capacity); without those figures, to ×0.75. +1 per quiet period.
+  // (Halving, as TCP does, overshoots: it drops the fleet well below what the
+  // dependency does accept, and +1 per period takes minutes to climb back. A
+  // blind ×0.75 undershoots too, and the burst's backlog then waits: bench.)
   const staticCap = staticDownstreamCap(spec);
   if (signals.throttleRate !== undefined && staticCap !== undefined) {
     const canMove =
       state.lastCapChangeAt === undefined || nowMs - state.lastCapChangeAt >= AIMD_PERIOD_S * 1000;
     const cap = state.throttleCap ?? staticCap;
+    const measured =
+      signals.workerCompletedRate !== undefined && signals.capacityPerReplica !== undefined;
     if (signals.throttleRate > THROTTLE_THRESHOLD && canMove) {
-      state.throttleCap = Math.max(1, Math.floor(Math.min(cap, Math.max(current, 1)) * DECREASE));
-      state.lastCapChangeAt = nowMs;
+      const before = Math.min(cap, Math.max(current, 1));
+      if (!measured) {
+        state.throttleCap = Math.max(1, Math.floor(before * DECREASE));
+        state.lastCapChangeAt = nowMs;
+      } else if (ready >= current) {
+        // Measured only once every replica consumes (pods still starting complete nothing);
+        // at or above `before`, the throttling the minute-long rate still shows is over.
+        const carried = Math.round(signals.workerCompletedRate! / signals.capacityPerReplica!);
+        if (carried < before) {
+          state.throttleCap = Math.max(1, carried);
+          state.lastCapChangeAt = nowMs;
+        }
+      }
     } else if (
       signals.throttleRate <= THROTTLE_THRESHOLD &&
       state.throttleCap !== undefined &&
@@ -162,7 +192,20 @@ export function decideReplicas(
   }
   const downstreamCap = state.throttleCap ?? staticCap;
 
-  const need = replicasNeeded(signals, spec, state.perReplicaRate, current);
+  // Capacity from the workers' own figures when they report them; while a
+  // backlog is late, what the fleet actually completes cross-checks it (a mean
+  // handler time taken from few, heavy-tailed samples runs short: bench).
+  const late =
+    signals.depth > 0 &&
+    signals.oldestAgeSeconds > spec.targetOldestAgeSeconds / 4 &&
+    ready >= current;
+  const perReplica =
+    signals.capacityPerReplica === undefined
+      ? state.perReplicaRate
+      : late && state.perReplicaRate !== undefined
+        ? Math.min(signals.capacityPerReplica, state.perReplicaRate)
+        : signals.capacityPerReplica;
+  const need = replicasNeeded(signals, spec, perReplica, current);
   // The recommendation (the need within min/max) is what the window remembers…
   const recommendation = Math.min(spec.maxReplicas, Math.max(spec.minReplicas, need));
   state.recommendations = [...state.recommendations, { at: nowMs, replicas: recommendation }];
@@ -171,7 +214,12 @@ export function decideReplicas(
     need > spec.maxReplicas ? 'maxReplicas' : need < spec.minReplicas ? 'minReplicas' : 'age';
   // …so that it goes up at once but down only to the highest recommendation of the window.
   if (desired < current) {
-    const highest = Math.max(...state.recommendations.map((r) => r.replicas));
+    const quietTarget = Math.max(...state.recommendations.slice(-2).map((r) => r.replicas));
+    // A small step down is what noise looks like: it waits for the full window.
+    const highest =
+      signals.depth === 0 && current - quietTarget >= Math.max(2, Math.ceil(QUIET_STEP * current))
+        ? quietTarget
+        : Math.max(...state.recommendations.map((r) => r.replicas));
     if (highest > desired) {
       desired = Math.min(current, highest);
       limitedBy = 'stabilization';

@@ -1,5 +1,6 @@
 // The JobWorker's status, pure: a function of the spec, what was observed and
 // what the reconcile did. Written once per reconcile, and only when it changed.
+import type { CapacitySource } from './capacity.js';
 import type { Condition, JobWorkerStatus } from '../api/jobworker.js';
 import { phaseOf, setCondition, type ConditionInput } from './conditions.js';
 import type { KubeObject } from '../kube/client.js';
@@ -123,6 +124,8 @@ export interface StatusInput {
     oldestAgeSeconds?: number;
     queueDepth?: number;
     ageSource?: 'HeadTimestamp' | 'Estimated';
+    capacitySource?: CapacitySource | 'Saturation';
+    capacityPerReplica?: number;
   };
 }
 
@@ -338,6 +341,11 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     }
     if (i.scaling.queueDepth !== undefined) status.queueDepth = coarse(i.scaling.queueDepth);
     if (i.scaling.ageSource) status.ageSource = i.scaling.ageSource;
+    if (i.scaling.capacityPerReplica !== undefined && i.scaling.capacitySource) {
+      // two significant figures, fractions too (a replica of 30 s jobs does 0.27/s)
+      status.capacityPerReplica = Number(i.scaling.capacityPerReplica.toPrecision(2));
+      status.capacitySource = i.scaling.capacitySource;
+    }
   }
   if (i.deadLetters?.stats) {
     const oldest = i.deadLetters.stats.oldestAt;

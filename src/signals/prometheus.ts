@@ -1,10 +1,15 @@
 // Fleet signals from Prometheus: how often the dependency throttles the
-// workers — the input of the downstream cap's AIMD. Worker series carry the
-// `namespace` and `jobworker` labels (added by the scrape config: the chart's
-// PodMonitor copies them from the pod).
+// workers — the input of the downstream cap's AIMD — and the workers' own
+// figures for what a replica can do (src/reconcile/capacity.ts). Worker
+// series carry the `namespace` and `jobworker` labels (added by the scrape
+// config: the chart's PodMonitor copies them from the pod).
+import type { PodCounters } from '../reconcile/capacity.js';
+
 export interface FleetSignals {
   /** throttled responses per second, fleet-wide */
   throttleRate: number;
+  /** each worker's figures as last scraped (none until a worker has been scraped) */
+  pods: PodCounters[];
 }
 
 export class PrometheusError extends Error {
@@ -14,14 +19,27 @@ export class PrometheusError extends Error {
 /** PromQL string literal escaping for label values. */
 const q = (v: string) => `"${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
 
-export function fleetQueries(
-  namespace: string,
-  jobworker: string,
-): Record<keyof FleetSignals, string> {
-  const sel = `{namespace=${q(namespace)},jobworker=${q(jobworker)}}`;
-  return {
-    throttleRate: `sum(rate(jobfleet_downstream_throttled_total${sel}[1m]))`,
-  };
+/** The worker figures capacity needs (src/reconcile/capacity.ts), as raw series. */
+const COUNTERS = [
+  'jobfleet_handler_duration_seconds_sum',
+  'jobfleet_handler_duration_seconds_count',
+  'jobfleet_jobs_total',
+  'jobfleet_inflight',
+];
+
+/**
+ * One query per poll: the throttling rate, and each worker's counters as
+ * last scraped. The counters are read raw and differenced per pod by the
+ * caller, not taken as rate()s: a rate over a window divides by the whole
+ * window, so a pod started within it reads low (its first minute's
+ * completions at a fraction of what they were) — after every scale-up.
+ */
+export function fleetQuery(namespace: string, jobworker: string): string {
+  const labels = `namespace=${q(namespace)},jobworker=${q(jobworker)}`;
+  return (
+    `label_replace(sum(rate(jobfleet_downstream_throttled_total{${labels}}[1m])), "figure", "throttleRate", "", "")` +
+    ` or {__name__=~"${COUNTERS.join('|')}",${labels}}`
+  );
 }
 
 type Vector = Array<{ metric?: Record<string, string>; value?: [number, string] }>;
@@ -42,25 +60,38 @@ async function promQuery(baseUrl: string, query: string, timeoutMs: number): Pro
   return body.data?.result ?? [];
 }
 
-async function instant(baseUrl: string, query: string, timeoutMs: number): Promise<number> {
-  // An empty vector (no series yet: nothing throttled, or not scraped yet) is 0.
-  const v = Number((await promQuery(baseUrl, query, timeoutMs))[0]?.value?.[1] ?? 0);
-  return Number.isFinite(v) ? v : 0;
-}
-
 export async function fetchFleetSignals(
   baseUrl: string,
   namespace: string,
   jobworker: string,
   timeoutMs = 5000,
 ): Promise<FleetSignals> {
-  return {
-    throttleRate: await instant(
-      baseUrl,
-      fleetQueries(namespace, jobworker).throttleRate,
-      timeoutMs,
-    ),
-  };
+  let throttleRate = 0; // no series yet (nothing throttled, or not scraped yet) is 0
+  const pods = new Map<string, PodCounters>();
+  for (const r of await promQuery(baseUrl, fleetQuery(namespace, jobworker), timeoutMs)) {
+    const m = r.metric ?? {};
+    const v = Number(r.value?.[1]);
+    if (!Number.isFinite(v)) continue;
+    if (m.figure === 'throttleRate') {
+      throttleRate = v;
+      continue;
+    }
+    // the chart's PodMonitor labels each series with its pod; a static target has only its instance
+    const pod = m.pod ?? m.instance ?? '';
+    const c = pods.get(pod) ?? {
+      pod,
+      handlerSecondsSum: 0,
+      handlerRuns: 0,
+      completed: 0,
+      inflight: 0,
+    };
+    if (m.__name__ === 'jobfleet_handler_duration_seconds_sum') c.handlerSecondsSum += v;
+    else if (m.__name__ === 'jobfleet_handler_duration_seconds_count') c.handlerRuns += v;
+    else if (m.__name__ === 'jobfleet_jobs_total' && m.outcome === 'completed') c.completed += v;
+    else if (m.__name__ === 'jobfleet_inflight') c.inflight += v;
+    pods.set(pod, c);
+  }
+  return { throttleRate, pods: [...pods.values()] };
 }
 
 /** Schema versions the fleet's workers dequeued in the last `window` (jobfleet_schema_version_seen_total). */

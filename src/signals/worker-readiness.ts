@@ -28,7 +28,7 @@ const IMAGE_OR_CONFIG: Record<string, { message: string; fix: string }> = {
 };
 const TIMEOUT_MS = 1000;
 
-interface PodShape {
+export interface PodShape {
   spec?: {
     containers?: Array<{ name?: string; ports?: Array<{ name?: string; containerPort?: number }> }>;
   };
@@ -58,6 +58,16 @@ export async function readWorkerReports(
   return Promise.all(unready.map(reportOf));
 }
 
+/** A worker pod's own endpoint (its pod IP and metrics port, as Prometheus reaches it); none without an IP. */
+export function workerUrl(pod: PodShape, path: string): string | undefined {
+  const ip = pod.status?.podIP;
+  if (!ip) return undefined;
+  const port =
+    pod.spec?.containers?.find((c) => c.name === 'worker')?.ports?.find((p) => p.name === 'metrics')
+      ?.containerPort ?? METRICS_PORT;
+  return `http://${ip.includes(':') ? `[${ip}]` : ip}:${port}${path}`;
+}
+
 async function reportOf(pod: KubeObject & PodShape): Promise<WorkerReport> {
   const name = pod.metadata.name;
   const worker = pod.status?.containerStatuses?.find((c) => c.name === 'worker');
@@ -73,14 +83,9 @@ async function reportOf(pod: KubeObject & PodShape): Promise<WorkerReport> {
       message: IMAGE_OR_CONFIG[waiting].message,
       fix: IMAGE_OR_CONFIG[waiting].fix,
     };
-  const ip = pod.status?.podIP;
-  if (ip && !worker?.state?.waiting) {
-    const port =
-      pod.spec?.containers
-        ?.find((c) => c.name === 'worker')
-        ?.ports?.find((p) => p.name === 'metrics')?.containerPort ?? METRICS_PORT;
-    const host = ip.includes(':') ? `[${ip}]` : ip;
-    const body = await fetch(`http://${host}:${port}/readyz`, {
+  const url = workerUrl(pod, '/readyz');
+  if (url && !worker?.state?.waiting) {
+    const body = await fetch(url, {
       signal: AbortSignal.timeout(TIMEOUT_MS),
     }).then(
       (r) => r.text(),

@@ -1,7 +1,8 @@
 // Scaling on queue age with the real RabbitMQ management API, the real
 // apiserver and the operator: a backlog raises the Deployment's replicas up
-// to the downstream cap, a drained queue lowers them after the window, and an
-// unreadable signal holds them.
+// to the downstream cap, an emptied queue lowers them at once, an unreadable
+// signal holds them, and the per-replica capacity comes from real workers'
+// own figures.
 import amqp from 'amqplib';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -13,6 +14,7 @@ import { createEffectsTable, spawnEffectWorker } from '../fixtures/spawn-effect-
 import { freePort } from '../ground/control-plane.js';
 import { startPrometheus } from '../ground/prometheus.js';
 import { useKube, usePostgres, useRabbit, type RabbitVhost } from '../ground/index.js';
+import { prng } from '../ground/prng.js';
 
 let ns: Awaited<ReturnType<typeof useKube>>;
 let rabbit: RabbitVhost;
@@ -61,7 +63,11 @@ async function secrets(mgmtUrl = rabbit.mgmtUrl): Promise<void> {
   );
 }
 
-function jobWorker(queue: string, scaling: Record<string, unknown>) {
+function jobWorker(
+  queue: string,
+  scaling: Record<string, unknown>,
+  { prefetch = 8, idempotencyKey = 'mail:{id}' } = {},
+) {
   return client.apply(
     {
       apiVersion: 'jobfleet.dev/v1alpha1',
@@ -73,10 +79,10 @@ function jobWorker(queue: string, scaling: Record<string, unknown>) {
           urlSecretRef: { name: 'rabbitmq', key: 'url' },
           managementUrlSecretRef: { name: 'rabbitmq', key: 'management-url' },
           queue,
-          prefetch: 8,
+          prefetch,
         },
         claims: { urlSecretRef: { name: 'claims-db', key: 'url' } },
-        contract: { idempotencyKey: 'mail:{id}', schemaVersions: [1] },
+        contract: { idempotencyKey, schemaVersions: [1] },
         deadLetter: { owner: 'team-mail' },
         scaling,
       },
@@ -137,14 +143,14 @@ const jw = () =>
   );
 
 describe('scaling on the age of the oldest message', () => {
-  it('a backlog raises replicas fast, up to the downstream cap; a drained queue lowers them after the window', async () => {
+  it('a backlog raises replicas fast, up to the downstream cap; an emptied queue lowers them at once', async () => {
     await secrets();
     await backlog('mail.send', 200, 40);
     await jobWorker('mail.send', {
       minReplicas: 1,
       maxReplicas: 20,
       targetOldestAgeSeconds: 10,
-      scaleDownStabilizationSeconds: 6,
+      scaleDownStabilizationSeconds: 600,
       downstream: { maxConcurrency: 48 },
     });
 
@@ -197,7 +203,8 @@ describe('scaling on the age of the oldest message', () => {
       new RegExp(`jobfleet_desired_replicas\\{namespace="${ns.namespace}",jobworker="mailer"\\} 6`),
     );
 
-    // Real workers drain the backlog; the scale-down waits out the 6 s window, then goes to the minimum.
+    // Real workers drain the backlog; once the queue reads empty the burst is over, and the fleet
+    // goes to what the arrivals need (none: the minimum) without waiting out a window.
     const db = await usePostgres();
     await createEffectsTable(db.pool);
     const worker = await spawnEffectWorker({
@@ -218,18 +225,6 @@ describe('scaling on the age of the oldest message', () => {
         return n.rows[0]!.n === 200 ? true : undefined;
       },
       60_000,
-    );
-    const held = await eventually(
-      'the window to hold',
-      async () => {
-        const j = await jw();
-        return j.status?.scaling?.limitedBy === 'stabilization' ? j : undefined;
-      },
-      30_000,
-    );
-    expect(await replicas()).toBe(6);
-    expect(held.status.scaling.message).toMatch(
-      /^Holding 6 replicas for the 6 s scale-down window/,
     );
     await eventually(
       'back to minReplicas',
@@ -370,6 +365,101 @@ describe('a throttled dependency', () => {
       await db.cleanup();
     }
   }, 120_000);
+});
+
+describe('capacity from the workers', () => {
+  it('status keeps the per-replica capacity within 25 % of the truth while the queue is empty (lognormal handler times, real workers, real Prometheus)', async () => {
+    const db = await usePostgres();
+    await createEffectsTable(db.pool);
+    const queue = 'orders.capacity';
+    const prefetch = 4;
+    // Handler times: lognormal, median 40 ms, σ 1 (mean 66 ms; one in a hundred over 400 ms).
+    const random = prng(20);
+    const lognormalMs = () => {
+      const z = Math.sqrt(-2 * Math.log(1 - random())) * Math.cos(2 * Math.PI * random());
+      return Math.round(40 * Math.exp(z));
+    };
+    const conn = await amqp.connect(rabbit.amqpUrl);
+    const ch = await conn.createConfirmChannel();
+    await ch.assertQueue(queue, { durable: true });
+    let n = 0;
+    const send = async (count: number) => {
+      for (let i = 0; i < count; i++, n++)
+        await publish(ch, queue, {
+          type: 'ship',
+          schemaVersion: 1,
+          payload: { orderId: `o${n}`, ms: lognormalMs() },
+          keyRule: 'order:{orderId}:ship',
+        });
+    };
+    const workers = await Promise.all(
+      [1, 2].map(() =>
+        spawnEffectWorker({
+          JOBFLEET_QUEUE: queue,
+          JOBFLEET_BROKER_URL: rabbit.amqpUrl,
+          JOBFLEET_CLAIMS_URL: db.url,
+          JOBFLEET_PREFETCH: String(prefetch),
+        }),
+      ),
+    );
+    const prom = await startPrometheus(
+      workers.map((w) => ({
+        port: w.port,
+        labels: { namespace: ns.namespace, jobworker: 'mailer' },
+      })),
+    );
+    const completed = async () =>
+      (await db.pool.query<{ n: number }>('select count(*)::int as n from effects')).rows[0]!.n;
+    try {
+      // The truth: what the two workers complete per second while a backlog keeps every slot busy.
+      await send(2400);
+      await eventually('the backlog started', async () =>
+        (await completed()) > 100 ? true : undefined,
+      );
+      const t0 = Date.now();
+      const c0 = await completed();
+      await new Promise((r) => setTimeout(r, 10_000));
+      const truth = (await completed()) - c0;
+      const perReplica = truth / ((Date.now() - t0) / 1000) / workers.length;
+      await eventually(
+        'the backlog drained',
+        async () => ((await completed()) === n ? true : undefined),
+        60_000,
+      );
+
+      await secrets();
+      await jobWorker(
+        queue,
+        { minReplicas: 1, maxReplicas: 10, targetOldestAgeSeconds: 30, prometheusUrl: prom.url },
+        { prefetch, idempotencyKey: 'order:{orderId}:ship' },
+      );
+      // The queue stays empty: a trickle of 10 jobs/s, a tenth of what the two workers can do.
+      const seen: Array<{ capacity: number; source: string; depth: number }> = [];
+      const until = Date.now() + 40_000;
+      while (Date.now() < until) {
+        await send(10);
+        const j = await jw();
+        if (j.status?.capacityPerReplica !== undefined)
+          seen.push({
+            capacity: j.status.capacityPerReplica,
+            source: j.status.capacitySource,
+            depth: j.status.queueDepth,
+          });
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+      const empty = seen.filter((s) => s.depth === 0);
+      expect(empty.length).toBeGreaterThan(20);
+      for (const s of empty) {
+        expect(s.source).toBe('Prometheus');
+        expect(Math.abs(s.capacity / perReplica - 1)).toBeLessThanOrEqual(0.25);
+      }
+    } finally {
+      await conn.close();
+      for (const w of workers) w.proc.kill('SIGKILL');
+      await prom.stop();
+      await db.cleanup();
+    }
+  }, 150_000);
 });
 
 describe('Prometheus down', () => {

@@ -84,7 +84,7 @@ describe('decideReplicas', () => {
     expect(d.message).toMatch(/Raise spec\.scaling\.maxReplicas/);
   });
 
-  it('scales down only after the stabilization window, to the highest recent recommendation', () => {
+  it('while a backlog waits, scales down only after the stabilization window, to the highest recent recommendation', () => {
     let state = fresh;
     const current = 8;
     let d = decideReplicas(
@@ -96,12 +96,12 @@ describe('decideReplicas', () => {
     );
     expect(d.desired).toBe(8);
     state = d.state;
-    // The queue drains: the need falls to the minimum, but the window holds.
+    // A few messages keep waiting: the need falls to the minimum, but the window holds.
     for (const dt of [10_000, 100_000, 299_000]) {
       d = decideReplicas(
         spec,
         current,
-        sig({ depth: 0, arrivalRate: 1, completionRate: 1 }),
+        sig({ depth: 3, oldestAgeSeconds: 1, arrivalRate: 1, completionRate: 1 }),
         state,
         t0 + dt,
       );
@@ -111,12 +111,43 @@ describe('decideReplicas', () => {
     d = decideReplicas(
       spec,
       current,
-      sig({ depth: 0, arrivalRate: 1, completionRate: 1 }),
+      sig({ depth: 3, oldestAgeSeconds: 1, arrivalRate: 1, completionRate: 1 }),
       state,
       t0 + 301_000,
     );
     // 1/s arriving at 5/s per replica (learnt while busy) → 1 replica
     expect(d).toMatchObject({ desired: 1, limitedBy: 'age' });
+  });
+
+  it('once the queue is empty, a burst is over: down at once to what this reading and the one before need', () => {
+    let d = decideReplicas(
+      spec,
+      8,
+      sig({ depth: 600, oldestAgeSeconds: 40, arrivalRate: 40, completionRate: 40 }),
+      fresh,
+      t0,
+    );
+    expect(d.desired).toBe(8);
+    // the first empty reading still remembers the busy one before it…
+    d = decideReplicas(spec, 8, sig({ arrivalRate: 5, completionRate: 5 }), d.state, t0 + 10_000);
+    expect(d).toMatchObject({ desired: 8, limitedBy: 'stabilization' });
+    // …the second goes down to what the arrivals need (5/s at 5/s per replica)
+    d = decideReplicas(spec, 8, sig({ arrivalRate: 5, completionRate: 5 }), d.state, t0 + 20_000);
+    expect(d).toMatchObject({ desired: 1, limitedBy: 'age' });
+  });
+
+  it('a small step down on an empty queue is noise: it waits for the full window', () => {
+    const ten = { ...spec, maxConcurrency: undefined };
+    let state: ScalingState = { recommendations: [], perReplicaRate: 10 };
+    let d = decideReplicas(ten, 10, sig({ arrivalRate: 100 }), state, t0);
+    state = d.state;
+    for (const dt of [10_000, 20_000, 290_000]) {
+      d = decideReplicas(ten, 10, sig({ arrivalRate: 81 }), state, t0 + dt); // 9 would do
+      expect(d).toMatchObject({ desired: 10, limitedBy: 'stabilization' });
+      state = d.state;
+    }
+    d = decideReplicas(ten, 10, sig({ arrivalRate: 81 }), state, t0 + 301_000);
+    expect(d.desired).toBe(9);
   });
 
   it('never flaps: alternating signals within the window do not move it down and up', () => {
@@ -138,6 +169,35 @@ describe('decideReplicas', () => {
     }
     const changes = seen.filter((v, i) => i > 0 && v !== seen[i - 1]).length;
     expect(changes).toBeLessThanOrEqual(1);
+  });
+
+  it('sizes on the capacity the workers report, cross-checked by what the fleet completes while late', () => {
+    // queue empty: the workers' figure alone (learnt rate or not)
+    let d = decideReplicas(
+      { ...spec, maxConcurrency: undefined },
+      2,
+      sig({ arrivalRate: 50, capacityPerReplica: 10 }),
+      { recommendations: [], perReplicaRate: 4 },
+      t0,
+    );
+    expect(d.desired).toBe(5); // 50 / 10, not 50 / 4
+    // late with a backlog, all replicas ready: the fleet completes 6/s per replica, less than reported
+    d = decideReplicas(
+      { ...spec, maxConcurrency: undefined },
+      5,
+      sig({
+        depth: 900,
+        oldestAgeSeconds: 20,
+        arrivalRate: 50,
+        completionRate: 30,
+        readyReplicas: 5,
+        capacityPerReplica: 10,
+      }),
+      fresh,
+      t0,
+    );
+    expect(d.state.perReplicaRate).toBe(6);
+    expect(d.desired).toBe(10); // 50 × 1.1 / 6 → 10, where 10/s per replica would say 6
   });
 
   it('cuts the downstream cap by a quarter while the dependency throttles (once per period) and raises it by one when quiet', () => {
@@ -163,6 +223,40 @@ describe('decideReplicas', () => {
       state = decideReplicas(spec, 3, busy(0), state, t0 + 62_000 + i * 31_000).state;
     expect(state.throttleCap).toBeUndefined(); // back to the static 64 / 8
     expect(decideReplicas(spec, 8, busy(0), state, t0 + 400_000).desired).toBe(8);
+  });
+
+  it("with the workers' figures, cuts the cap to the replicas that carry what the dependency accepted", () => {
+    const wide = { ...spec, maxConcurrency: 160 }; // static cap 20
+    const busy = (o: Partial<Extract<Signals, { ok: true }>>) =>
+      sig({
+        depth: 5000,
+        oldestAgeSeconds: 90,
+        arrivalRate: 200,
+        completionRate: 120,
+        throttleRate: 40,
+        capacityPerReplica: 10,
+        workerCompletedRate: 120,
+        ...o,
+      });
+    // pods still starting complete nothing yet: no measurement, no cut
+    let d = decideReplicas(wide, 20, busy({ readyReplicas: 14 }), fresh, t0);
+    expect(d).toMatchObject({ desired: 20 });
+    expect(d.state.throttleCap).toBeUndefined();
+    // all ready: 120/s accepted ÷ 10/s per replica = 12
+    d = decideReplicas(wide, 20, busy({ readyReplicas: 20 }), d.state, t0 + 10_000);
+    expect(d).toMatchObject({ desired: 12, limitedBy: 'downstream' });
+    // the minute-long throttle rate still shows throttling, but 12 carry it: no further cut
+    d = decideReplicas(wide, 12, busy({ readyReplicas: 12 }), d.state, t0 + 45_000);
+    expect(d.desired).toBe(12);
+    // quiet: +1 per period, probing
+    d = decideReplicas(
+      wide,
+      12,
+      busy({ readyReplicas: 12, throttleRate: 0 }),
+      d.state,
+      t0 + 80_000,
+    );
+    expect(d.desired).toBe(13);
   });
 
   it('holds the current replicas when a signal is missing, saying which', () => {
