@@ -33,6 +33,10 @@ export function statusLines(jw: JobWorkerView, now = new Date()): string[] {
     `Replicas:    desired ${st.desiredReplicas ?? '-'}, ready ${st.readyReplicas ?? '-'}`,
     `Oldest age:  ${st.oldestMessageAgeSeconds !== undefined ? `${st.oldestMessageAgeSeconds} s` : '-'}${st.ageSource === 'Estimated' ? ' (estimated)' : ''}, depth ${st.queueDepth ?? '-'}${st.scaling?.limitedBy ? `, limited by ${st.scaling.limitedBy}` : ''}`,
   ];
+  if (st.capacityPerReplica !== undefined)
+    lines.push(
+      `Capacity:    ${st.capacityPerReplica} jobs/s per replica (from ${st.capacitySource === 'Saturation' ? 'the completion rate while a backlog waited' : st.capacitySource === 'Prometheus' ? "the workers' figures in Prometheus" : "the worker pods' own figures"})`,
+    );
   if (st.rollout)
     lines.push(
       `Rollback:    ${st.rollout.from} → ${st.rollout.to}, step ${st.rollout.phase} (${st.rollout.trigger}${st.rollout.reason ? `: ${st.rollout.reason}` : ''}); drain deadline ${st.rollout.drainDeadline}`,

@@ -181,3 +181,35 @@ describe('workers that cannot work say why on the JobWorker', () => {
     expect(condition(jw, 'WorkersReady')?.message).toContain('ECONNREFUSED');
   }, 120_000);
 });
+
+describe('capacity read from the worker pods', () => {
+  it('without Prometheus, status carries the per-replica capacity the pods report (prefetch ÷ handler time)', async () => {
+    // 4 slots, each job 50 ms in the handler (and a little more to record it): ≤ 80 jobs/s a replica
+    op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000 });
+    await g.apply(
+      g.spec({
+        prefetch: 4,
+        env: [{ name: 'JOBFLEET_TEST_HANDLER_MS', value: '50' }],
+        scaling: { minReplicas: 2, maxReplicas: 2, targetOldestAgeSeconds: 30 },
+      }),
+    );
+    await eventually('two ready workers', async () => {
+      const jw = await g.getJw();
+      return (jw.status?.readyReplicas ?? 0) >= 2 ? jw : undefined;
+    });
+    // A trickle the queue never backs up on, until two reads of the pods (30 s apart) have seen it.
+    let n = 0;
+    const jw = await eventually(
+      'a capacity from the workers',
+      async () => {
+        for (let i = 0; i < 10; i++) await g.h.job(`c-${n++}`);
+        const x = await g.getJw();
+        return x.status?.capacitySource === 'WorkerMetrics' ? x : undefined;
+      },
+      90_000,
+      1000,
+    );
+    expect(jw.status!.capacityPerReplica).toBeGreaterThanOrEqual(60);
+    expect(jw.status!.capacityPerReplica).toBeLessThanOrEqual(80);
+  }, 150_000);
+});

@@ -31,6 +31,17 @@ describe('kubectl jobworker status: exit codes', () => {
   });
 });
 
+describe('kubectl jobworker status: capacity', () => {
+  it('says what one replica can do and where the figure comes from', () => {
+    expect(
+      statusLines(
+        jw({ phase: 'Healthy', capacityPerReplica: 48, capacitySource: 'WorkerMetrics' }),
+      ),
+    ).toContain("Capacity:    48 jobs/s per replica (from the worker pods' own figures)");
+    expect(statusLines(jw({ phase: 'Healthy' })).some((l) => l.startsWith('Capacity'))).toBe(false);
+  });
+});
+
 describe('kubectl jobworker why', () => {
   it('says what blocks, and that nothing does', () => {
     const blocked = jw({
