@@ -52,10 +52,9 @@ export interface Truth {
   arrived: number;
   completed: number;
   throttled: number;
-  /** the workers' counters: handler seconds and runs (refused calls included, as the worker's
-   * histogram counts them), and jobs completed */
+  /** the workers' counters: handler seconds (refused calls included, as the worker's histogram
+   * counts them) and jobs completed */
   handlerSeconds: number;
-  handlerCount: number;
   completedTotal: number;
   inflight: number;
   ready: number;
@@ -188,7 +187,6 @@ export function messageFleet(trace: Trace, seed: number, even = false): Fleet {
   const freedAt: number[] = []; // slots freed per second (completions and refused calls)
   let freedBefore = 0;
   let handlerSeconds = 0;
-  let handlerCount = 0;
   let completedTotal = 0;
 
   const addReplica = (readyAt: number): void => {
@@ -281,7 +279,6 @@ export function messageFleet(trace: Trace, seed: number, even = false): Fleet {
       const completed = completedAt[t] ?? 0;
       completedTotal += completed;
       freedBefore += freedAt[t] ?? 0;
-      handlerCount += freedAt[t] ?? 0;
       freedAt[t] = 0;
       handlerSeconds += secondsAt[t] ?? 0;
       completedAt[t] = 0;
@@ -311,7 +308,6 @@ export function messageFleet(trace: Trace, seed: number, even = false): Fleet {
         completed,
         throttled,
         handlerSeconds,
-        handlerCount,
         completedTotal,
         inflight: started - freedBefore,
         ready,
@@ -334,7 +330,7 @@ export function fluidFleet(trace: Trace): Fleet {
   let ready = 1;
   let carry = 0;
   let handlerSeconds = 0;
-  let handlerCount = 0;
+  let completedTotal = 0;
   return {
     arrivals,
     scale(n, t) {
@@ -367,7 +363,7 @@ export function fluidFleet(trace: Trace): Fleet {
         done += take;
         if (head.n < 1e-9) queue.shift();
       }
-      handlerCount += done;
+      completedTotal += done;
       handlerSeconds += done * trace.service.mean;
       return {
         t,
@@ -378,8 +374,7 @@ export function fluidFleet(trace: Trace): Fleet {
         completed: done,
         throttled: 0,
         handlerSeconds,
-        handlerCount,
-        completedTotal: handlerCount,
+        completedTotal,
         inflight: Math.min(ready * MODEL.prefetch, done * trace.service.mean),
         ready,
         paid: ready + starting.reduce((s, x) => s + x.n, 0),

@@ -37,7 +37,7 @@ interface View {
     ackRate: number;
   };
   /** the workers' counters, read from each pod when the scaler asks (the operator's own reads) */
-  workers: { handlerSeconds: number; handlerCount: number; completed: number; inflight: number };
+  workers: { handlerSeconds: number; completed: number };
   /** refused calls/s over the last minute of scrapes (Prometheus' rate(...[1m])) */
   throttleRate: number;
   ready: number;
@@ -105,9 +105,7 @@ function run(trace: Trace, fleet: Fleet, scaler: Scaler): SimResult {
       queue: { ...queue, oldestAge: queue.depth > 0 ? queue.oldestAge + (now - sampledAt) : 0 },
       workers: {
         handlerSeconds: truth.handlerSeconds,
-        handlerCount: truth.handlerCount,
         completed: truth.completedTotal,
-        inflight: truth.inflight,
       },
       throttleRate: last.t > first.t ? (last.throttled - first.throttled) / (last.t - first.t) : 0,
       ready: truth.ready,
@@ -165,9 +163,7 @@ function jobfleet(trace: Trace): Scaler {
             {
               pod: 'fleet',
               handlerSecondsSum: v.workers.handlerSeconds,
-              handlerRuns: v.workers.handlerCount,
               completed: v.workers.completed,
-              inflight: v.workers.inflight,
             },
           ],
         },

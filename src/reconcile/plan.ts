@@ -344,13 +344,6 @@ function scale(
     ageMemory = r.memory;
     age = r.age;
     const c = estimateCapacity(q.capacity, spec.broker.prefetch, mem.capacity, nowMs);
-    console.log(
-      'CAP',
-      nowMs,
-      JSON.stringify(q.capacity),
-      c.estimate?.perReplica,
-      c.memory.samples.length,
-    );
     capacityMemory = c.memory;
     capacity = c.estimate;
     signals = {

@@ -20,12 +20,7 @@ export class PrometheusError extends Error {
 const q = (v: string) => `"${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
 
 /** The worker figures capacity needs (src/reconcile/capacity.ts), as raw series. */
-const COUNTERS = [
-  'jobfleet_handler_duration_seconds_sum',
-  'jobfleet_handler_duration_seconds_count',
-  'jobfleet_jobs_total',
-  'jobfleet_inflight',
-];
+const COUNTERS = ['jobfleet_handler_duration_seconds_sum', 'jobfleet_jobs_total'];
 
 /**
  * One query per poll: the throttling rate, and each worker's counters as
@@ -78,17 +73,9 @@ export async function fetchFleetSignals(
     }
     // the chart's PodMonitor labels each series with its pod; a static target has only its instance
     const pod = m.pod ?? m.instance ?? '';
-    const c = pods.get(pod) ?? {
-      pod,
-      handlerSecondsSum: 0,
-      handlerRuns: 0,
-      completed: 0,
-      inflight: 0,
-    };
+    const c = pods.get(pod) ?? { pod, handlerSecondsSum: 0, completed: 0 };
     if (m.__name__ === 'jobfleet_handler_duration_seconds_sum') c.handlerSecondsSum += v;
-    else if (m.__name__ === 'jobfleet_handler_duration_seconds_count') c.handlerRuns += v;
     else if (m.__name__ === 'jobfleet_jobs_total' && m.outcome === 'completed') c.completed += v;
-    else if (m.__name__ === 'jobfleet_inflight') c.inflight += v;
     pods.set(pod, c);
   }
   return { throttleRate, pods: [...pods.values()] };

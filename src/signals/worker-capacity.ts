@@ -1,6 +1,6 @@
 // The workers' own figures for what a replica can do, read straight from the
 // worker pods when no Prometheus is configured: each ready pod's /metrics
-// (handler time, runs, completed jobs, in flight), a few pods at most, in
+// (handler seconds, completed jobs), a few pods at most, in
 // parallel, each with a short timeout. src/reconcile/capacity.ts turns them
 // into an estimate; a pod that does not answer is left out of this reading.
 import type { KubeClient, KubeObject } from '../kube/client.js';
@@ -41,17 +41,14 @@ export async function readWorkerCounters(
 
 /** The figures capacity needs, summed over their label sets, from the text exposition format. */
 export function parseCounters(text: string): Omit<PodCounters, 'pod'> {
-  const c = { handlerSecondsSum: 0, handlerRuns: 0, completed: 0, inflight: 0 };
+  const c = { handlerSecondsSum: 0, completed: 0 };
   for (const line of text.split('\n')) {
     if (line.startsWith('#')) continue;
     const value = Number(line.slice(line.lastIndexOf(' ') + 1));
     if (!Number.isFinite(value)) continue;
     if (line.startsWith('jobfleet_handler_duration_seconds_sum')) c.handlerSecondsSum += value;
-    else if (line.startsWith('jobfleet_handler_duration_seconds_count')) c.handlerRuns += value;
     else if (line.startsWith('jobfleet_jobs_total{') && line.includes('outcome="completed"'))
       c.completed += value;
-    else if (line.startsWith('jobfleet_inflight ') || line.startsWith('jobfleet_inflight{'))
-      c.inflight += value;
   }
   return c;
 }
