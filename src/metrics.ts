@@ -137,6 +137,12 @@ export function operatorMetrics(registry = new client.Registry()) {
       labelNames,
       registers: r,
     }),
+    scaleDownHeld: new client.Counter({
+      name: 'jobfleet_scale_down_held_deliveries_total',
+      help: 'Deliveries the pods a scale-down removed still held (0 is the goal: the idlest pods go first)',
+      labelNames,
+      registers: r,
+    }),
     apiWrites: new client.Counter({
       name: 'jobfleet_api_writes_total',
       help: 'Writes the operator made to the Kubernetes API, by kind',

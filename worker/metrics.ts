@@ -19,10 +19,39 @@ export function collectProcessMetrics(registry: client.Registry): void {
     registry.removeSingleMetric(name);
 }
 
-export function workerMetrics(registry = new client.Registry()) {
+/** What a worker holds now: deliveries received and not yet settled, and the oldest one's age. */
+export interface Held {
+  deliveries: number;
+  oldestSeconds: number;
+}
+
+/**
+ * `held` is asked at each scrape: the operator reads these two gauges to
+ * remove the idlest pods first when it scales down (src/reconcile/scale-down.ts).
+ */
+export function workerMetrics(
+  registry = new client.Registry(),
+  held: () => Held = () => ({ deliveries: 0, oldestSeconds: 0 }),
+) {
   const r = [registry];
   collectProcessMetrics(registry);
   return {
+    heldDeliveries: new client.Gauge({
+      name: 'jobfleet_held_deliveries',
+      help: 'Deliveries this worker holds: received, not yet acked or returned (running or waiting for a slot)',
+      registers: r,
+      collect() {
+        this.set(held().deliveries);
+      },
+    }),
+    heldOldest: new client.Gauge({
+      name: 'jobfleet_held_oldest_seconds',
+      help: 'Time since this worker received the oldest delivery it holds (0 when it holds none)',
+      registers: r,
+      collect() {
+        this.set(held().oldestSeconds);
+      },
+    }),
     registry,
     jobs: new client.Counter({
       name: 'jobfleet_jobs_total',

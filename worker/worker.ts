@@ -34,7 +34,7 @@ import {
   type Readiness,
 } from './readiness.js';
 import { startHealthServer, type HealthServer } from './health-server.js';
-import { workerMetrics, type WorkerMetrics } from './metrics.js';
+import { workerMetrics, type Held, type WorkerMetrics } from './metrics.js';
 import { sendConfirmed } from './producer.js';
 import { topology, type QueueDecl, type Topology } from './topology.js';
 
@@ -113,13 +113,15 @@ function backoffMs(attempt: number, random: () => number): number {
 
 interface InFlight {
   done: Promise<unknown>;
+  /** when it arrived (this.now()) */
+  since: number;
   /** the channel it arrived on: only that channel can ack it */
   channel: ConfirmChannel;
   claim?: { key: string; owner: string };
 }
 
 class QueueWorker implements Worker {
-  readonly metrics = workerMetrics();
+  readonly metrics = workerMetrics(undefined, () => this.held());
   readonly config: WorkerConfig;
   private readonly log: Logger;
   private readonly topo: Topology;
@@ -399,8 +401,17 @@ class QueueWorker implements Worker {
     if (tag && this.channel) await this.channel.cancel(tag).catch(() => undefined);
   }
 
+  /** Deliveries held and the oldest one's age; the map keeps arrival order, so the first is the oldest. */
+  private held(): Held {
+    const first = this.inflight.values().next().value;
+    return {
+      deliveries: this.inflight.size,
+      oldestSeconds: first ? Math.max(0, (this.now() - first.since) / 1000) : 0,
+    };
+  }
+
   private onDelivery(ch: ConfirmChannel, msg: ConsumeMessage): void {
-    const entry: InFlight = { done: Promise.resolve(), channel: ch };
+    const entry: InFlight = { done: Promise.resolve(), since: this.now(), channel: ch };
     this.inflight.set(msg, entry);
     const { deps, acks } = this.forChannel(ch);
     acks.delivered(msg.fields.deliveryTag);

@@ -260,7 +260,13 @@ export const jobWorkerSpec = z
           .max(86_400)
           .default(300)
           .describe(
-            'How long the highest recommendation of the window holds before replicas go down',
+            'How long the highest recommendation of the window holds before replicas go down (small steps; an emptied queue goes down at once)',
+          ),
+        removeIdleFirst: z
+          .boolean()
+          .default(true)
+          .describe(
+            'Scaling down, remove the pods that hold the fewest deliveries first (pod-deletion-cost on the chosen pods); false leaves the choice to the ReplicaSet',
           ),
         prometheusUrl: z
           .string()
@@ -285,6 +291,7 @@ export const jobWorkerSpec = z
         maxReplicas: 10,
         targetOldestAgeSeconds: 30,
         scaleDownStabilizationSeconds: 300,
+        removeIdleFirst: true,
       })
       .describe(
         'Replicas from the age of the oldest waiting message, capped by the downstream budget',
@@ -462,6 +469,20 @@ export const jobWorkerStatus = z
       })
       .optional()
       .describe('What set the replica count last'),
+    lastScaleDown: z
+      .object({
+        time: z.string().describe('When the replicas were lowered'),
+        from: z.number().int().describe('Replicas before'),
+        to: z.number().int().describe('Replicas after'),
+        heldDeliveries: z
+          .number()
+          .int()
+          .describe(
+            'Deliveries the removed pods held (0 is the goal): they finish within the drain deadline or go back to the queue',
+          ),
+      })
+      .optional()
+      .describe('The last scale-down, and what it interrupted'),
     deadLetters: z
       .object({
         quarantined: z

@@ -12,7 +12,7 @@ import type { Observation, Problem, QueueObservation } from '../reconcile/observ
 import type { DeadLetterInput } from '../reconcile/status.js';
 import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.js';
 import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
-import { readWorkerCounters } from '../signals/worker-capacity.js';
+import { readWorkerCounters } from '../signals/worker-metrics.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
 
 /** The RabbitMQ management API and vhost a JobWorker's Secrets name; undefined without both URLs. */

@@ -1,6 +1,7 @@
 // The reads a plan asks for (src/reconcile/plan.ts, `need`): a revision's
 // pods or recorded spec, the schema versions seen in the queue, the queued
-// total, what the unready workers say.
+// total, what the unready workers say, what each pod holds before a
+// scale-down.
 // Every decision is the planner's; this module only reads.
 import type { Logger } from 'pino';
 import type { JobWorkerSpec } from '../api/jobworker.js';
@@ -10,6 +11,7 @@ import type { Observation } from '../reconcile/observation.js';
 import type { PlanAnswers, PlanNeed } from '../reconcile/plan.js';
 import type { PodFacts } from '../reconcile/rollout-plan.js';
 import { readWorkerReports } from '../signals/worker-readiness.js';
+import { readPodLoad } from '../signals/worker-metrics.js';
 import { fetchSeenSchemaVersions } from '../signals/prometheus.js';
 import { fetchQueuedTotal } from '../signals/rabbitmq.js';
 import { managementApi } from './observe.js';
@@ -63,6 +65,9 @@ export async function answerNeed(
       answers.workers = await readWorkerReports(reads.client, namespace, name).catch(
         () => undefined,
       );
+      return;
+    case 'podLoad':
+      answers.podLoad = await readPodLoad(reads.client, namespace, name).catch(() => undefined);
       return;
   }
 }

@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
 import { API_VERSION, KIND, LIMITED_BY, type JobWorkerStatus } from '../api/jobworker.js';
-import { KubeApiError, type KubeClient, type KubeObject } from '../kube/client.js';
+import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder, type EventTarget } from '../kube/events.js';
 import type { OperatorMetrics } from '../metrics.js';
 import { FIELD_MANAGER } from '../reconcile/desired.js';
@@ -18,6 +18,7 @@ import {
   type PlanAnswers,
   type ScalingMemory,
 } from '../reconcile/plan.js';
+import { DELETION_COST } from '../reconcile/scale-down.js';
 import { isSubset } from '../reconcile/subset.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { Observer, type ObjectCache } from './observe.js';
@@ -148,6 +149,7 @@ export class JobWorkerReconciler {
     const name = raw.metadata.name;
     let applyError: Error | undefined;
     let created = false;
+    let deploymentWritten = false;
     try {
       // A revision's spec is recorded before its first pod can start.
       for (const record of plan.records) await this.record(raw, record);
@@ -155,10 +157,14 @@ export class JobWorkerReconciler {
       // deleted). Server-side apply creates what is absent, so nothing is
       // read first.
       const fresh = !obs.deployment;
+      // The idlest pods marked before the replicas go down (./scale-down.ts): the
+      // ReplicaSet picks its victims when the Deployment's replicas change.
+      for (const w of plan.podCosts ?? []) await this.markPod(namespace, w.pod, w.cost);
       const deployment = plan.children.find((c) => c.kind === 'Deployment');
       if (deployment) {
         const applied = await this.ensure(deployment, obs.deployment, fresh);
         created = fresh && applied !== undefined;
+        deploymentWritten = applied !== undefined;
       }
       for (const child of plan.children)
         if (child !== deployment) await this.ensure(child, undefined, fresh);
@@ -188,6 +194,9 @@ export class JobWorkerReconciler {
       faultAfterRolloutStep(plan.status.rollout?.phase);
     }
     const target = eventTarget({ ...raw, apiVersion: API_VERSION, kind: KIND });
+    // Counted once: by the reconcile whose write lowered the replicas.
+    if (plan.scaleDownHeld !== undefined && deploymentWritten)
+      this.d.metrics.scaleDownHeld.inc({ namespace, jobworker: name }, plan.scaleDownHeld);
     if (created && plan.createdEvent) await this.emit(target, plan.createdEvent);
     if (changed) for (const e of plan.events) await this.emit(target, e);
 
@@ -293,6 +302,21 @@ export class JobWorkerReconciler {
     const applied = await this.write(desired);
     this.verified.set(k, { hash: h, rv: applied.metadata.resourceVersion ?? '', at: now });
     return applied;
+  }
+
+  /** One pod's deletion cost (null: our mark taken off); a pod already gone needs none. */
+  private async markPod(namespace: string, pod: string, cost: string | null): Promise<void> {
+    this.d.metrics.apiWrites.inc({ kind: 'Pod' });
+    await this.d.client
+      .request(
+        'PATCH',
+        resourcePath('v1', 'Pod', namespace, pod),
+        { metadata: { annotations: { [DELETION_COST]: cost } } },
+        'application/merge-patch+json',
+      )
+      .catch((err: unknown) => {
+        if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+      });
   }
 
   private async write(obj: KubeObject, subresource?: 'status'): Promise<KubeObject> {

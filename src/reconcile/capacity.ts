@@ -9,7 +9,7 @@
 //
 // The figures are each pod's counters, differenced per pod (a restarted pod
 // starts over), read from Prometheus (src/signals/prometheus.ts) or, without
-// one, from the pods' /metrics (src/signals/worker-capacity.ts); the
+// one, from the pods' /metrics (src/signals/worker-metrics.ts); the
 // simulator in bench/ feeds the same function. (The in-flight gauge was
 // tried as a second measure, busy slot-seconds ÷ jobs, for long jobs still
 // running: integrated between sparse readings it swung by half at every

@@ -15,6 +15,7 @@ import {
   revisionRecordName,
 } from './desired.js';
 import { pauseSwitch, wasPaused } from './pause.js';
+import { chooseRemovals, type PodLoad, type Removal } from './scale-down.js';
 import { iso } from './rollout.js';
 import { workersNeedChecking, workersReadyCondition, type WorkerReport } from './workers.js';
 import { queueAge, type AgeMemory } from './queue-age.js';
@@ -78,6 +79,10 @@ export interface Plan {
   events: PlanEvent[];
   /** only when this reconcile creates the Deployment */
   createdEvent?: PlanEvent;
+  /** pod-deletion-cost annotations to write before the Deployment (./scale-down.ts) */
+  podCosts?: Removal['writes'];
+  /** deliveries the pods chosen for removal hold: counted by the operator's metric */
+  scaleDownHeld?: number;
   memory?: ScalingMemory;
   scaling?: ScalingOutcome;
   desiredReplicas: number;
@@ -97,10 +102,12 @@ export interface PlanInput {
 }
 
 /** A read the plan needs in this state: the rollout's, or the unready workers' reports. */
-export type PlanNeed = RolloutNeed | { kind: 'workers' };
+export type PlanNeed = RolloutNeed | { kind: 'workers' } | { kind: 'podLoad' };
 export type PlanAnswers = RolloutAnswers & {
   /** what the unready pods say (./workers.ts); a key present with undefined: unreadable */
   workers?: WorkerReport[] | undefined;
+  /** what each pod holds, before a scale-down (./scale-down.ts); undefined: unreadable */
+  podLoad?: PodLoad[] | undefined;
 };
 
 export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
@@ -137,6 +144,7 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   const children: KubeObject[] = [];
   const events: PlanEvent[] = [];
   let createdEvent: PlanEvent | undefined;
+  let removal: Removal | undefined;
   const records: KubeObject[] = [];
   const prune: string[] = [];
   if (paused && spec && deployment) {
@@ -180,6 +188,17 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       ? desiredDeployment(jw, r.deployRevision, appliedReplicas)
       : deployment && liveTemplateDeployment(jw, deployment, appliedReplicas);
     children.push(...(d ? [d] : []), desiredMetricsService(jw), desiredPdb(jw));
+    // Going down (not to zero: then every pod goes): the idlest pods first.
+    if (
+      deployment &&
+      spec.scaling.removeIdleFirst &&
+      appliedReplicas > 0 &&
+      appliedReplicas < (live ?? 0)
+    ) {
+      if (!('podLoad' in i.answers)) return { need: { kind: 'podLoad' } };
+      if (i.answers.podLoad)
+        removal = chooseRemovals(i.answers.podLoad, (live ?? 0) - appliedReplicas);
+    }
     if (!deployment && r.deploySpec)
       createdEvent = {
         type: 'Normal',
@@ -199,7 +218,7 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       events.push({
         type: 'Normal',
         reason: desiredReplicas > current ? 'ScaledUp' : 'ScaledDown',
-        message: `Scaled from ${current} to ${desiredReplicas} replicas. ${scaling.message}`,
+        message: `Scaled from ${current} to ${desiredReplicas} replicas. ${scaling.message}${removal ? ` ${removedWords(removal)}` : ''}`,
       });
   }
   // A broken spec or a missing Secret holds what runs: it must not take down the fleet.
@@ -256,6 +275,10 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     deadLetters: obs.deadLetters,
     rollout: rollout?.status,
     appliedReplicas,
+    ...(removal &&
+      live !== undefined && {
+        scaleDown: { from: live, to: appliedReplicas, heldDeliveries: removal.heldDeliveries },
+      }),
   });
   return {
     children,
@@ -264,6 +287,7 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     status,
     events,
     ...(createdEvent && { createdEvent }),
+    ...(removal && { podCosts: removal.writes, scaleDownHeld: removal.heldDeliveries }),
     // Paused, the scaler's window holds; the age estimate keeps learning.
     ...(scaled && {
       memory: paused && i.memory ? { ...scaled.memory, scaling: i.memory.scaling } : scaled.memory,
@@ -273,6 +297,12 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     ...(rollout && { rolloutBlocked: rollout.blocked }),
     requeueAfterMs: requeue(i, status, rollout, scaling !== undefined),
   };
+}
+
+function removedWords(r: Removal): string {
+  return r.heldDeliveries === 0
+    ? `Removing the idlest pods (${r.chosen.join(', ')}): no delivery interrupted.`
+    : `Removing the idlest pods (${r.chosen.join(', ')}), which hold ${r.heldDeliveries} deliveries: they finish within the drain deadline or go back to the queue.`;
 }
 
 /**

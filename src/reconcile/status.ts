@@ -7,7 +7,7 @@ import type { KubeObject } from '../kube/client.js';
 import { revisionOf } from './desired.js';
 import type { HistoryEntry } from './revisions.js';
 import type { PauseSwitch } from './pause.js';
-import type { RolloutStatus } from './rollout.js';
+import { iso, type RolloutStatus } from './rollout.js';
 
 export interface DeploymentObservation {
   /** the revision its pod template carries */
@@ -72,7 +72,7 @@ export function deadLetterCondition(dl: DeadLetterInput, now: Date): ConditionIn
   if (quarantined === 0 || !oldestAt)
     return { type, status: 'False', reason: 'Empty', message: 'No dead letters are quarantined.' };
   const where = `Owner ${dl.owner}: \`jobfleet dlq list --queue ${dl.queue}\`, then docs/dead-letters.md.`;
-  const since = oldestAt.toISOString().replace(/\.\d{3}Z$/, 'Z');
+  const since = iso(oldestAt);
   if (now.getTime() - oldestAt.getTime() > dl.maxAgeSeconds * 1000)
     return {
       type,
@@ -115,6 +115,8 @@ export interface StatusInput {
   paused?: PauseSwitch;
   /** replicas the Deployment was given (0 while a rollback drains or paused) */
   appliedReplicas?: number;
+  /** this reconcile lowers the replicas, removing the pods ./scale-down.ts chose */
+  scaleDown?: { from: number; to: number; heldDeliveries: number };
   scaling?: {
     /** spec.scaling.targetOldestAgeSeconds: the objective the age is held against */
     targetAgeSeconds?: number;
@@ -347,12 +349,22 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
       status.capacitySource = i.scaling.capacitySource;
     }
   }
+  // The last scale-down stays until the next one. Reconciles that run before the
+  // watch shows the lowered Deployment plan the same one again: it keeps its time.
+  const last = prev.lastScaleDown;
+  const same =
+    last?.from === i.scaleDown?.from &&
+    last?.to === i.scaleDown?.to &&
+    i.now.getTime() - Date.parse(last?.time ?? '') < 60_000;
+  if (i.scaleDown)
+    status.lastScaleDown = same && last ? last : { time: iso(i.now), ...i.scaleDown };
+  else if (last) status.lastScaleDown = last;
   if (i.deadLetters?.stats) {
     const oldest = i.deadLetters.stats.oldestAt;
     status.deadLetters = {
       quarantined: i.deadLetters.stats.quarantined,
       owner: i.deadLetters.owner,
-      ...(oldest ? { oldestDeadLetteredAt: oldest.toISOString().replace(/\.\d{3}Z$/, 'Z') } : {}),
+      ...(oldest ? { oldestDeadLetteredAt: iso(oldest) } : {}),
     };
   }
   if (i.rollout) {

@@ -49,7 +49,8 @@ it makes (test/integration/chart.test.ts compares them with a recorded run).
   verbs: [get]
 - apiGroups: ['']
   resources: [pods]
-  verbs: [list]
+  # patch: the pod-deletion-cost of the idlest pods, before a scale-down
+  verbs: [list, patch]
 - apiGroups: ['']
   resources: [events]
   verbs: [create]

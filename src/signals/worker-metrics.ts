@@ -1,0 +1,109 @@
+// The worker pods' own figures, read straight from each pod's /metrics (on
+// its pod IP and metrics port, as Prometheus reaches it), in parallel, each
+// with a short timeout; a pod that does not answer is left out, or marked
+// unread. Two reads: the counters capacity needs, when no Prometheus is
+// configured (src/reconcile/capacity.ts), and what each pod holds, before a
+// scale-down (src/reconcile/scale-down.ts).
+import type { KubeClient, KubeObject } from '../kube/client.js';
+import type { PodCounters } from '../reconcile/capacity.js';
+import { LABEL_JOBWORKER } from '../reconcile/desired.js';
+import { DELETION_COST, type PodLoad } from '../reconcile/scale-down.js';
+import { workerUrl, type PodShape } from './worker-readiness.js';
+
+/** Capacity is per replica: a sample of pods says it as well as all of them. */
+const COUNTERS_FROM_AT_MOST = 10;
+const TIMEOUT_MS = 1000;
+
+type Pod = KubeObject & PodShape;
+
+async function jobWorkerPods(client: KubeClient, namespace: string, name: string): Promise<Pod[]> {
+  const list = await client.list<Pod>('v1', 'Pod', namespace, {
+    labelSelector: `${LABEL_JOBWORKER}=${name}`,
+  });
+  return list.items
+    .filter((p) => !p.metadata.deletionTimestamp)
+    .sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+}
+
+const ready = (p: Pod) =>
+  p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+
+async function scrape(pod: Pod): Promise<string | undefined> {
+  const url = workerUrl(pod, '/metrics');
+  if (!url) return undefined;
+  return fetch(url, { signal: AbortSignal.timeout(TIMEOUT_MS) }).then(
+    (r) => (r.ok ? r.text() : undefined),
+    () => undefined,
+  );
+}
+
+export async function readWorkerCounters(
+  client: KubeClient,
+  namespace: string,
+  name: string,
+): Promise<PodCounters[]> {
+  const pods = (await jobWorkerPods(client, namespace, name))
+    .filter(ready)
+    .slice(0, COUNTERS_FROM_AT_MOST);
+  const read = await Promise.all(
+    pods.map(async (pod) => {
+      const text = await scrape(pod);
+      return text === undefined ? undefined : { pod: pod.metadata.name, ...parseCounters(text) };
+    }),
+  );
+  return read.filter((c): c is PodCounters => c !== undefined);
+}
+
+/** Every pod of the JobWorker and what it holds (undefined where it did not answer). */
+export async function readPodLoad(
+  client: KubeClient,
+  namespace: string,
+  name: string,
+): Promise<PodLoad[]> {
+  const pods = await jobWorkerPods(client, namespace, name);
+  return Promise.all(
+    pods.map(async (pod) => {
+      const text = ready(pod) ? await scrape(pod) : undefined;
+      const m = text === undefined ? undefined : sums(text);
+      const cost = pod.metadata.annotations?.[DELETION_COST];
+      return {
+        pod: pod.metadata.name,
+        ...(m && {
+          held: {
+            deliveries: m.get('jobfleet_held_deliveries') ?? 0,
+            oldestSeconds: m.get('jobfleet_held_oldest_seconds') ?? 0,
+          },
+        }),
+        ...(cost !== undefined && { cost }),
+      };
+    }),
+  );
+}
+
+/** The figures capacity needs, summed over their label sets. */
+export function parseCounters(text: string): Omit<PodCounters, 'pod'> {
+  const m = sums(
+    text,
+    (labels) => !labels.includes('outcome=') || labels.includes('outcome="completed"'),
+  );
+  return {
+    handlerSecondsSum: m.get('jobfleet_handler_duration_seconds_sum') ?? 0,
+    completed: m.get('jobfleet_jobs_total') ?? 0,
+  };
+}
+
+/** Each metric's samples summed over their label sets (those `keep` accepts), from the text exposition format. */
+function sums(text: string, keep: (labels: string) => boolean = () => true): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('jobfleet_')) continue;
+    const brace = line.indexOf('{');
+    const space = line.lastIndexOf(' ');
+    const name = line.slice(0, brace >= 0 && brace < space ? brace : line.indexOf(' '));
+    const labels = brace >= 0 && brace < space ? line.slice(brace, line.lastIndexOf('}') + 1) : '';
+    const value = Number(line.slice(space + 1));
+    if (!Number.isFinite(value) || !keep(labels)) continue;
+    out.set(name, (out.get(name) ?? 0) + value);
+  }
+  return out;
+}
