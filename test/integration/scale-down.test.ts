@@ -67,6 +67,15 @@ describe('scale-down removes idle workers first', () => {
         },
         60_000,
       );
+      // A few quick jobs first move RabbitMQ's round robin on, so that the long jobs land on
+      // different pods from run to run (old ones, new ones), not always where the ReplicaSet
+      // would not look.
+      const before = await g.h.effects();
+      const quick = run % 4;
+      for (let i = 0; i < quick; i++) await g.h.job(`quick-${run}-${i}`);
+      await eventually('the quick jobs done', async () =>
+        (await g.h.effects()) >= before + quick ? true : undefined,
+      );
       const t0 = Date.now();
       const keys = [
         (await g.h.job(`long-${run}-a`, { payload: { orderId: `long-${run}-a`, ms: LONG_MS } }))
