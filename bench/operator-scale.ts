@@ -164,8 +164,13 @@ export async function runOperatorBench(opts: {
   count: number;
   steadySeconds: number;
   resyncSeconds: number;
+  /**
+   * Scaling active: every JobWorker reads this RabbitMQ's management API for
+   * its queue (the example's), as a deployed one does; the floor run is skipped.
+   */
+  rabbit?: { amqpUrl: string; mgmtUrl: string };
 }): Promise<OperatorBench> {
-  const floor = await floorRun(opts.count);
+  const floor = opts.rabbit ? { seconds: 0, medianAvailable: 0 } : await floorRun(opts.count);
   const plane = await startControlPlane({ beforeControllers: installCrds });
   const client = KubeClient.fromFile(plane.kubeconfigPath);
   const namespace = 'bench';
@@ -178,7 +183,10 @@ export async function runOperatorBench(opts: {
         apiVersion: 'v1',
         kind: 'Secret',
         metadata: { name, namespace },
-        stringData: { url: 'amqp://x' },
+        stringData: {
+          url: opts.rabbit?.amqpUrl ?? 'amqp://x',
+          ...(opts.rabbit && { 'management-url': opts.rabbit.mgmtUrl }),
+        },
       });
     }
     // compiled, as the image runs it (node dist/src/main.js), with the chart's heap settings
@@ -209,6 +217,8 @@ export async function runOperatorBench(opts: {
     // Without the management URL: the run measures the control-plane work, not
     // 1000 JobWorkers polling one RabbitMQ's management API (as earlier runs did).
     const example = { spec: exampleSpec() };
+    if (opts.rabbit)
+      example.spec.broker.managementUrlSecretRef = { name: 'rabbitmq', key: 'management-url' };
     const t0 = performance.now();
     const names = Array.from({ length: opts.count }, (_, i) => `w-${String(i).padStart(4, '0')}`);
     for (let i = 0; i < names.length; i += 50) {

@@ -2,6 +2,7 @@
 // bench/RESULTS.md (with the command, date and machine), leaving the other
 // sections as they were. `make bench BENCH=worker` runs one; BENCH_ARGS are
 // passed on (e.g. BENCH_ARGS="--jobs 2000 --runs 1").
+import amqp from 'amqplib';
 import { header, resultsFile, writeSection } from './results.js';
 import { runOperatorBench } from './operator-scale.js';
 import { MODEL } from './scaling-model.js';
@@ -77,6 +78,42 @@ when nothing changed, so the target is 0.${
             .join(', ')}.`
         : ''
     }
+`,
+  );
+}
+if (!only || only === 'steady') {
+  // Scaling active at steady state: 100 JobWorkers reading the real RabbitMQ's management API
+  // (their queue empty, so every fleet sits at its minimum) for 300 s.
+  const amqpUrl = 'amqp://guest:guest@127.0.0.1:5672';
+  const conn = await amqp.connect(amqpUrl);
+  const ch = await conn.createChannel();
+  await ch.assertQueue('orders.ship', { durable: true });
+  await ch.purgeQueue('orders.ship');
+  await conn.close();
+  const r = await runOperatorBench({
+    count: 100,
+    steadySeconds: 300,
+    resyncSeconds: 60,
+    rabbit: { amqpUrl, mgmtUrl: 'http://guest:guest@127.0.0.1:15672' },
+  });
+  console.error(r);
+  writeSection(
+    'steady',
+    `${header('Operator: steady state with scaling active', 'make bench BENCH=steady')}
+${r.count} JobWorkers (examples/jobworker.yaml, each reading the local RabbitMQ's management API for its queue, which stays
+empty) on the test ground's real control plane, kwok marking pods Ready; the operator compiled, polling every 10 s, resync every
+${r.resyncSeconds} s. Once all are Healthy, a ${r.steadySeconds} s window: what the operator wrote, by kind. Pod writes are the
+pod-deletion-cost marks of scale-downs (idle pods first: docs/scaling.md); a fleet that does not scale down gets none.
+
+| JobWorkers | converged | API writes in ${r.steadySeconds} s steady state | of which Pod (deletion-cost marks) |
+|---:|---:|---:|---:|
+| ${r.count} | ${r.convergeSeconds.toFixed(1)} s | ${r.steadyWrites}${
+      Object.keys(r.steadyByKind).length
+        ? ` (${Object.entries(r.steadyByKind)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ')})`
+        : ''
+    } | ${r.steadyByKind.Pod ?? 0} |
 `,
   );
 }

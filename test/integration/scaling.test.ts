@@ -142,6 +142,27 @@ const jw = () =>
     'mailer',
   );
 
+/** Two worker processes on `queue`, and a real Prometheus scraping them with the labels the chart's PodMonitor adds. */
+async function scrapedWorkers(queue: string, dbUrl: string, env: Record<string, string>) {
+  const workers = await Promise.all(
+    [1, 2].map(() =>
+      spawnEffectWorker({
+        JOBFLEET_QUEUE: queue,
+        JOBFLEET_BROKER_URL: rabbit.amqpUrl,
+        JOBFLEET_CLAIMS_URL: dbUrl,
+        ...env,
+      }),
+    ),
+  );
+  const prom = await startPrometheus(
+    workers.map((w) => ({
+      port: w.port,
+      labels: { namespace: ns.namespace, jobworker: 'mailer' },
+    })),
+  );
+  return { workers, prom };
+}
+
 describe('scaling on the age of the oldest message', () => {
   it('a backlog raises replicas fast, up to the downstream cap; an emptied queue lowers them at once', async () => {
     await secrets();
@@ -308,21 +329,10 @@ describe('a throttled dependency', () => {
     await conn.close();
 
     // Two worker processes whose every call is answered 429 after 300 ms.
-    const workers = await Promise.all(
-      [1, 2].map(() =>
-        spawnEffectWorker({
-          JOBFLEET_QUEUE: queue,
-          JOBFLEET_BROKER_URL: rabbit.amqpUrl,
-          JOBFLEET_CLAIMS_URL: db.url,
-          JOBFLEET_TEST_THROTTLE: '1',
-          JOBFLEET_TEST_HANDLER_MS: '300',
-        }),
-      ),
-    );
-    const ports = workers.map((w) => w.port);
-    const prom = await startPrometheus(
-      ports.map((port) => ({ port, labels: { namespace: ns.namespace, jobworker: 'mailer' } })),
-    );
+    const { workers, prom } = await scrapedWorkers(queue, db.url, {
+      JOBFLEET_TEST_THROTTLE: '1',
+      JOBFLEET_TEST_HANDLER_MS: '300',
+    });
     try {
       await secrets();
       await jobWorker(queue, {
@@ -392,22 +402,9 @@ describe('capacity from the workers', () => {
           keyRule: 'order:{orderId}:ship',
         });
     };
-    const workers = await Promise.all(
-      [1, 2].map(() =>
-        spawnEffectWorker({
-          JOBFLEET_QUEUE: queue,
-          JOBFLEET_BROKER_URL: rabbit.amqpUrl,
-          JOBFLEET_CLAIMS_URL: db.url,
-          JOBFLEET_PREFETCH: String(prefetch),
-        }),
-      ),
-    );
-    const prom = await startPrometheus(
-      workers.map((w) => ({
-        port: w.port,
-        labels: { namespace: ns.namespace, jobworker: 'mailer' },
-      })),
-    );
+    const { workers, prom } = await scrapedWorkers(queue, db.url, {
+      JOBFLEET_PREFETCH: String(prefetch),
+    });
     const completed = async () =>
       (await db.pool.query<{ n: number }>('select count(*)::int as n from effects')).rows[0]!.n;
     try {
