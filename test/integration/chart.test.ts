@@ -319,12 +319,21 @@ describe('the Helm chart, installed', () => {
     const example = parse(
       readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8'),
     ) as Doc;
-    const applyJw = (image: string, rollout?: Record<string, unknown>) =>
+    const applyJw = (
+      image: string,
+      rollout?: Record<string, unknown>,
+      scaling?: Record<string, unknown>,
+    ) =>
       admin.apply(
         {
           ...example,
           metadata: { name: 'order-shipper', namespace: ns.namespace },
-          spec: { ...example.spec, image, ...(rollout && { rollout }) },
+          spec: {
+            ...example.spec,
+            image,
+            ...(rollout && { rollout }),
+            ...(scaling && { scaling: { ...example.spec.scaling, ...scaling } }),
+          },
         },
         'test-user',
       );
@@ -369,6 +378,20 @@ describe('the Helm chart, installed', () => {
       !(await records()).includes('order-shipper-1') ? true : undefined,
     );
     expect(await records()).toContain('order-shipper-3');
+    // A scale-down (a lower maxReplicas applies even with the queue unreadable): the pods
+    // chosen for removal are marked first (patch).
+    const hotfix2 = `${example.spec.image}-hotfix2`;
+    await applyJw(hotfix2, { historyLimit: 1 }, { minReplicas: 2, maxReplicas: 2 });
+    const deploymentReplicas = async () =>
+      (await admin.get<Doc>('apps/v1', 'Deployment', ns.namespace, 'order-shipper')).status
+        ?.readyReplicas;
+    await eventually('two ready replicas', async () =>
+      (await deploymentReplicas()) === 2 ? true : undefined,
+    );
+    await applyJw(hotfix2, { historyLimit: 1 }, { minReplicas: 1, maxReplicas: 1 });
+    await eventually('the pod chosen for removal marked', () =>
+      Promise.resolve(used.has('|pods|patch') || undefined),
+    );
     await admin.apply(
       {
         apiVersion: 'jobfleet.dev/v1alpha1',
