@@ -69,6 +69,12 @@ export const jobReplaySpec = z
       .max(253)
       .describe('Who asked for the replay (recorded in the audit)'),
     reason: z.string().min(1).max(1024).describe('Why (recorded in the audit)'),
+    force: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Replay even while the incident lasts (the JobWorker late, throttled, rolling, or the failures still arriving); recorded in the audit with the reason',
+      ),
   })
   .meta({
     'x-kubernetes-validations': [
@@ -79,7 +85,23 @@ export const jobReplaySpec = z
 
 export type JobReplaySpec = z.output<typeof jobReplaySpec>;
 
-export const REPLAY_PHASES = ['Pending', 'Running', 'Succeeded', 'Failed', 'Stopped'] as const;
+/** Why a replay waits (src/dlq/replay-hold.ts). */
+export const HOLD_REASONS = [
+  'TargetPaused',
+  'RolloutInProgress',
+  'AgeOverObjective',
+  'DependencyThrottling',
+  'FailuresStillArriving',
+] as const;
+
+export const REPLAY_PHASES = [
+  'Pending',
+  'Held',
+  'Running',
+  'Succeeded',
+  'Failed',
+  'Stopped',
+] as const;
 export type ReplayPhase = (typeof REPLAY_PHASES)[number];
 
 export const jobReplayStatus = z
@@ -92,7 +114,10 @@ export const jobReplayStatus = z
     phase: z
       .enum(REPLAY_PHASES)
       .optional()
-      .describe('Pending, Running, Succeeded, Failed or Stopped'),
+      .describe(
+        'Pending, Held (waiting for the incident to end: heldReason), Running, Succeeded, Failed or Stopped',
+      ),
+    heldReason: z.enum(HOLD_REASONS).optional().describe('Why the replay waits, while Held'),
     selected: z.number().int().optional().describe('Dead letters the selector matched'),
     replayed: z.number().int().optional().describe('Republished to the work queue'),
     skipped: z.number().int().optional().describe('Keys that had completed meanwhile: not run'),

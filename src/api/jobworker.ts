@@ -466,6 +466,10 @@ export const jobWorkerStatus = z
             'What set the count: age, the downstream cap, a bound, the stabilization window, or no signal',
           ),
         message: z.string().optional().describe('The scaler’s reasoning in words'),
+        throttling: z
+          .boolean()
+          .optional()
+          .describe('The dependency is throttling the workers now (JobReplays wait while it does)'),
       })
       .optional()
       .describe('What set the replica count last'),

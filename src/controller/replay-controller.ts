@@ -3,11 +3,13 @@
 // writes its progress to status. The audit rows carry the JobReplay's uid as
 // the replay id, so a replay interrupted by an operator restart or a leader
 // change resumes where it stopped: resolved entries are no longer selected,
-// and what was already replayed counts against maxCount.
+// and what was already replayed counts against maxCount. While the incident
+// lasts (src/dlq/replay-hold.ts) a replay is Held, before it starts and
+// between messages, and goes on by itself once it is over.
 import amqp from 'amqplib';
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { API_VERSION } from '../api/jobworker.js';
+import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
 import {
   REPLAY_KIND,
   parseReplaySpec,
@@ -15,6 +17,7 @@ import {
   type JobReplayStatus,
 } from '../api/jobreplay.js';
 import { replay, type ReplayProgress } from '../dlq/replay.js';
+import { ARRIVING_WINDOW_MS, replayHold, type Hold } from '../dlq/replay-hold.js';
 import { DeadLetterStore } from '../dlq/store.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder } from '../kube/events.js';
@@ -41,6 +44,16 @@ export interface ReplayControllerDeps {
 type JobReplay = KubeObject & { spec?: unknown; status?: JobReplayStatus };
 
 const iso = (d: Date) => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+/** While replaying, how often the hold is asked again; while held, how often it is asked whether it ended. */
+const HOLD_CHECK_MS = 2000;
+const HOLD_POLL_MS = 5000;
+
+/** Waits `ms`, or less when `signal` aborts. */
+const pause = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+  });
 
 export class JobReplayController {
   private readonly runs = new Map<string, { abort: AbortController; done: Promise<void> }>();
@@ -111,8 +124,12 @@ export class JobReplayController {
       const channel = await conn.createConfirmChannel();
       await new ClaimStore(pool).migrate(); // the audit tables, when no worker of this version ran yet
       const store = new DeadLetterStore(pool);
-      const startedAt = jr.status?.startedAt ?? iso(this.now());
       const target = eventTarget({ ...jr, apiVersion: API_VERSION, kind: REPLAY_KIND });
+      // While the incident lasts nothing is replayed (./replay-hold.ts), unless forced.
+      const gate = spec.force ? undefined : this.holdGate(jr, spec, store, t.queue, target, signal);
+      await gate?.();
+      if (signal.aborted) return;
+      const startedAt = jr.status?.startedAt ?? iso(this.now());
       if (!jr.status?.startedAt)
         await this.d.events.emit(
           target,
@@ -140,7 +157,9 @@ export class JobReplayController {
           deadLetterQueue: t.deadLetterQueue,
           replayId: jr.metadata.uid as string,
           initiator: spec.initiator,
-          reason: spec.reason,
+          reason: spec.force
+            ? `${spec.reason} (forced: replayed whatever the incident)`
+            : spec.reason,
           ratePerSecond: spec.ratePerSecond,
           burst: spec.burst,
           maxCount: spec.maxCount,
@@ -152,6 +171,7 @@ export class JobReplayController {
           now: () => this.now().getTime(),
           sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
           signal,
+          ...(gate && { gate }),
           onProgress: (x) => {
             const now = Date.now();
             if (x.done || now - lastWrite < (this.d.progressEveryMs ?? 1000)) return;
@@ -191,6 +211,83 @@ export class JobReplayController {
       await conn.close().catch(() => undefined);
       await pool.end().catch(() => undefined);
     }
+  }
+
+  /**
+   * Resolves when the replay may go on: checks the hold at most every
+   * HOLD_CHECK_MS while replaying, and every holdPollMs while held, writing
+   * Held (with the reason) and Running again, each with its event.
+   */
+  private holdGate(
+    jr: JobReplay,
+    spec: JobReplaySpec,
+    store: DeadLetterStore,
+    queue: string,
+    target: Parameters<EventRecorder['emit']>[0],
+    signal: AbortSignal,
+  ): () => Promise<void> {
+    let checkedAt = -Infinity;
+    let held: Hold | undefined;
+    return async () => {
+      while (!signal.aborted) {
+        const now = this.now().getTime();
+        if (!held && now - checkedAt < HOLD_CHECK_MS) return;
+        checkedAt = now;
+        const hold = await this.hold(jr, spec, store, queue);
+        if (!hold) {
+          if (held) {
+            await this.writeStatus(jr, {
+              phase: 'Running',
+              heldReason: undefined,
+              message: `The hold ended (${held.reason}): replaying.`,
+            });
+            await this.d.events.emit(
+              target,
+              'Normal',
+              'ReplayResumed',
+              `The hold ended (${held.reason}): replaying.`,
+            );
+          }
+          return;
+        }
+        if (held?.reason !== hold.reason) {
+          await this.writeStatus(jr, {
+            phase: 'Held',
+            heldReason: hold.reason,
+            message: hold.message,
+          });
+          await this.d.events.emit(target, 'Normal', 'ReplayHeld', hold.message);
+        }
+        held = hold;
+        await pause(HOLD_POLL_MS, signal);
+      }
+    };
+  }
+
+  /** The target JobWorker's status and the quarantine's recent arrivals, asked whether to hold. */
+  private async hold(
+    jr: JobReplay,
+    spec: JobReplaySpec,
+    store: DeadLetterStore,
+    queue: string,
+  ): Promise<Hold | undefined> {
+    const jw = await this.d.client.find<KubeObject & { status?: JobWorkerStatus }>(
+      API_VERSION,
+      KIND,
+      jr.metadata.namespace as string,
+      spec.jobWorker,
+    );
+    const recentDeadLetters = await store.count({
+      queue,
+      ...(spec.selector.failureClass && { failureClass: spec.selector.failureClass }),
+      since: new Date(this.now().getTime() - ARRIVING_WINDOW_MS),
+    });
+    return replayHold({
+      jobWorker: spec.jobWorker,
+      status: jw?.status,
+      recentDeadLetters,
+      ...(spec.selector.failureClass && { failureClass: spec.selector.failureClass }),
+    });
   }
 
   private async finish(

@@ -57,6 +57,12 @@ export interface ReplayDeps {
   checkEvery?: number;
   /** stops the pass between messages (the operator lost its lease, or is shutting down) */
   signal?: AbortSignal;
+  /**
+   * Before each replayed message: resolves when replaying may go on (the
+   * JobReplay controller waits here while the incident lasts: ./replay-hold.ts).
+   * Called before a message is taken, so none waits unacked through a hold.
+   */
+  gate?: () => Promise<void>;
 }
 
 export class ReplayRefused extends Error {
@@ -176,6 +182,10 @@ async function pass(
   // Messages dead-lettered during the pass land behind the ones counted here.
   const depth = wanted.size ? (await ch.checkQueue(req.deadLetterQueue)).messageCount : 0;
   while (wanted.size && p.scanned < depth && !d.signal?.aborted) {
+    if (mode === 'replay' && d.gate) {
+      await d.gate();
+      if (d.signal?.aborted) break;
+    }
     const m = await ch.get(req.deadLetterQueue, { noAck: false });
     if (!m) break;
     p.scanned++;

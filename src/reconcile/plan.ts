@@ -65,6 +65,7 @@ export interface ScalingOutcome {
   ageSource?: 'HeadTimestamp' | 'Estimated';
   capacitySource?: CapacitySource | 'Saturation';
   capacityPerReplica?: number;
+  throttling?: boolean;
 }
 
 export interface Plan {
@@ -398,6 +399,7 @@ function scale(
       oldestAgeSeconds: age?.signals.oldestAgeSeconds,
       queueDepth: age?.signals.depth,
       ageSource: age?.ageSource,
+      throttling: d.throttling,
       ...(capacity
         ? { capacitySource: capacity.source, capacityPerReplica: capacity.perReplica }
         : d.state.perReplicaRate !== undefined && {

@@ -58,6 +58,8 @@ export interface ScalingDecision {
   state: ScalingState;
   /** the uncapped need, for metrics and the simulator */
   need: number;
+  /** the dependency throttles now (above the threshold) */
+  throttling: boolean;
 }
 
 /**
@@ -133,6 +135,7 @@ export function decideReplicas(
       message: `Holding ${current} replicas: ${signals.missing}.`,
       state: prev,
       need: current,
+      throttling: false,
     };
   }
   // With no history (a new JobWorker, or an operator restart), what runs now
@@ -243,7 +246,8 @@ export function decideReplicas(
     stabilization: `Holding ${desired} replicas for the ${spec.scaleDownStabilizationSeconds} s scale-down window (${recommendation} would do now); ${age}.`,
     signalMissing: '',
   };
-  return { desired, limitedBy, message: messages[limitedBy], state, need };
+  const throttling = (signals.throttleRate ?? 0) > THROTTLE_THRESHOLD;
+  return { desired, limitedBy, message: messages[limitedBy], state, need, throttling };
 }
 
 function fmt(n: number): string {

@@ -128,6 +128,7 @@ export interface StatusInput {
     ageSource?: 'HeadTimestamp' | 'Estimated';
     capacitySource?: CapacitySource | 'Saturation';
     capacityPerReplica?: number;
+    throttling?: boolean;
   };
 }
 
@@ -336,7 +337,11 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     conditions,
   };
   if (i.scaling) {
-    status.scaling = { limitedBy: i.scaling.limitedBy, message: i.scaling.message };
+    status.scaling = {
+      limitedBy: i.scaling.limitedBy,
+      message: i.scaling.message,
+      ...(i.scaling.throttling && { throttling: true }),
+    };
     if (i.scaling.oldestAgeSeconds !== undefined) {
       status.oldestMessageAgeSeconds = coarse(i.scaling.oldestAgeSeconds);
       status.oldestMessageAge = duration(status.oldestMessageAgeSeconds);

@@ -5,7 +5,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
-import { Permanent } from '../../worker/index.js';
+import { Permanent, publish } from '../../worker/index.js';
 import { jobfleet } from '../fixtures/jobfleet-cli.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
 import { testOperator, urlSecrets } from '../fixtures/operator.js';
@@ -170,6 +170,170 @@ describe('the quarantine, seen by the operator', () => {
     expect(await gauge('jobfleet_dead_letter_oldest_age_seconds')).toBe(0);
     expect((await jobfleet(['verify', '--claims-url', h.db.url])).code).toBe(0);
   });
+
+  it('a JobReplay waits while failures still arrive, starts when they stop, and pauses while the oldest message is past the objective', async () => {
+    const broken = new Set(Array.from({ length: 10 }, (_, i) => `r-${i}`));
+    const handlers = {
+      ship: h.effectHandler((job) => {
+        const id = (job.payload as { orderId: string }).orderId;
+        if (broken.has(id)) throw new Permanent(`order ${id} rejected`);
+      }),
+    };
+    let worker = await h.startWorker({ handlers, config: { deadLetterOwner: 'team-shipping' } });
+    for (const id of broken) await h.job(id);
+    await urlSecrets(client, ns.namespace, {
+      rabbitmq: h.rabbit.amqpUrl,
+      'rabbitmq-mgmt': h.rabbit.mgmtUrl,
+      'claims-db': h.db.url,
+    });
+    await client.apply(
+      {
+        apiVersion: 'jobfleet.dev/v1alpha1',
+        kind: 'JobWorker',
+        metadata: { name: 'shipper', namespace: ns.namespace },
+        spec: {
+          image: 'registry.example.com/shipping/worker:1.0.0',
+          broker: {
+            urlSecretRef: { name: 'rabbitmq', key: 'url' },
+            managementUrlSecretRef: { name: 'rabbitmq-mgmt', key: 'url' },
+            queue: QUEUE,
+          },
+          claims: { urlSecretRef: { name: 'claims-db', key: 'url' } },
+          contract: { idempotencyKey: CONTRACT.keyRule, schemaVersions: CONTRACT.schemaVersions },
+          deadLetter: { owner: 'team-shipping' },
+          scaling: { minReplicas: 1, maxReplicas: 1, targetOldestAgeSeconds: 5 },
+        },
+      },
+      'test-user',
+    );
+    op = await testOperator(client, ns.namespace, {
+      pollMs: 1000,
+      deadLetterReadMs: 500,
+      replayProgressMs: 100,
+    });
+    const quarantined = async () =>
+      (
+        await h.db.pool.query<{ n: number }>(
+          "select count(*)::int as n from jobfleet_dead_letters where status = 'quarantined'",
+        )
+      ).rows[0]!.n;
+    await eventually('10 dead letters', async () =>
+      (await quarantined()) === 10 ? true : undefined,
+    );
+    const audited = async (from?: Date, to?: Date) =>
+      (
+        await h.db.pool.query<{ n: number }>(
+          'select count(*)::int as n from jobfleet_dead_letter_audit where ($1::timestamptz is null or at >= $1) and ($2::timestamptz is null or at <= $2)',
+          [from ?? null, to ?? null],
+        )
+      ).rows[0]!.n;
+
+    // A settled fleet (a replay waits while a rollout is in progress, the first one too).
+    await eventually('the JobWorker settled', async () =>
+      (await get('JobWorker', 'shipper')).status?.phase === 'Healthy' ? true : undefined,
+    );
+    // The failures are minutes old at most: the incident may still be on.
+    await client.apply(
+      {
+        apiVersion: 'jobfleet.dev/v1alpha1',
+        kind: 'JobReplay',
+        metadata: { name: 'after-fix', namespace: ns.namespace },
+        spec: {
+          jobWorker: 'shipper',
+          selector: { failureClass: 'permanent' },
+          ratePerSecond: 0.5,
+          burst: 1,
+          initiator: 'carol',
+          reason: 'carrier fixed the rejection (INC-10)',
+        },
+      },
+      'test-user',
+    );
+    const jr = () => get('JobReplay', 'after-fix');
+    const held = await eventually('Held while the failures still arrive', async () => {
+      const x = await jr();
+      return x.status?.phase === 'Held' ? x : undefined;
+    });
+    expect(held.status).toMatchObject({ heldReason: 'FailuresStillArriving' });
+    expect(held.status?.message).toMatch(
+      /10 dead letters of class permanent arrived in the last 2 minutes/,
+    );
+    expect(await audited()).toBe(0); // nothing replayed
+    const events = async (reason: string) =>
+      (
+        await client.list<KubeObject & { reason?: string; message?: string }>(
+          'v1',
+          'Event',
+          ns.namespace,
+        )
+      ).items.filter((e) => e.reason === reason);
+    await eventually('a ReplayHeld event', async () =>
+      (await events('ReplayHeld')).length ? true : undefined,
+    );
+
+    // The fix is in and no failure has arrived for longer than the window: it starts by itself.
+    broken.clear();
+    await h.db.pool.query(
+      `update jobfleet_dead_letters set dead_lettered_at = now() - interval '3 minutes'`,
+    );
+    await eventually(
+      'replaying',
+      async () => {
+        const x = await jr();
+        return x.status?.phase === 'Running' && (x.status.replayed ?? 0) >= 1 ? true : undefined;
+      },
+      30_000,
+    );
+
+    // Mid-replay the workers stop and the queue backs up: the oldest message passes the objective.
+    await worker.stop();
+    await publish(
+      h.ch,
+      QUEUE,
+      { type: 'ship', schemaVersion: 1, payload: { orderId: 'late' }, keyRule: CONTRACT.keyRule },
+      () => Date.now() - 60_000,
+    );
+    const paused = await eventually(
+      'Held while the oldest message is past the objective',
+      async () => {
+        const x = await jr();
+        return x.status?.phase === 'Held' && x.status.heldReason === 'AgeOverObjective'
+          ? x
+          : undefined;
+      },
+      30_000,
+      50,
+    );
+    const heldAt = new Date();
+    expect(paused.status?.replayed).toBeLessThan(10);
+    // Still held a few hold checks later, and nothing was replayed in between.
+    const stillHeld = await eventually(
+      'held across several checks',
+      async () => {
+        const x = await jr();
+        return Date.now() - heldAt.getTime() > 6000 ? x : undefined;
+      },
+      20_000,
+      500,
+    );
+    expect(stillHeld.status).toMatchObject({ phase: 'Held', heldReason: 'AgeOverObjective' });
+    expect(await audited(heldAt, new Date())).toBe(0);
+
+    // The workers come back and drain the queue: the replay goes on by itself and completes.
+    worker = await h.startWorker({ handlers, config: { deadLetterOwner: 'team-shipping' } });
+    const done = await eventually(
+      'the JobReplay to succeed',
+      async () => {
+        const x = await jr();
+        return x.status?.phase === 'Succeeded' ? x : undefined;
+      },
+      90_000,
+    );
+    expect(done.status).toMatchObject({ replayed: 10, completed: 10, failedAgain: 0 });
+    expect(done.status?.heldReason).toBeUndefined();
+    expect((await events('ReplayResumed')).length).toBeGreaterThanOrEqual(2);
+    for (let i = 0; i < 10; i++) expect(await h.effects(`order:r-${i}:ship`)).toBe(1);
+  }, 180_000);
 
   it('kubectl jobworker dlq: the real kubectl finds the plugin, which resolves the JobWorker and its Secrets', async () => {
     await h.startWorker({

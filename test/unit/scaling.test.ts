@@ -206,6 +206,7 @@ describe('decideReplicas', () => {
       sig({ depth: 5000, oldestAgeSeconds: 90, arrivalRate: 50, completionRate: 40, throttleRate });
     let d = decideReplicas(spec, 8, busy(3), state, t0);
     expect(d).toMatchObject({ desired: 6, limitedBy: 'downstream' }); // floor(8 × 0.75)
+    expect(d.throttling).toBe(true); // status.scaling.throttling: JobReplays wait
     expect(d.message).toMatch(
       /dependency is throttling \(3\.0\/s\), so the cap was lowered from 8/,
     );

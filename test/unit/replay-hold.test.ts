@@ -1,0 +1,81 @@
+// Whether a replay waits for the incident to end: each reason, in order of
+// precedence, and none once the JobWorker is settled, on time and not
+// throttled, and no failure of the class arrived lately.
+import { describe, expect, it } from 'vitest';
+import type { JobWorkerStatus } from '../../src/api/jobworker.js';
+import { replayHold } from '../../src/dlq/replay-hold.js';
+
+const healthy: JobWorkerStatus = {
+  phase: 'Healthy',
+  conditions: [
+    {
+      type: 'AgeObjectiveMet',
+      status: 'True',
+      reason: 'WithinObjective',
+      message: '',
+      lastTransitionTime: 'x',
+    },
+  ],
+  scaling: { limitedBy: 'age', message: '' },
+};
+const hold = (status: JobWorkerStatus | undefined, recentDeadLetters = 0) =>
+  replayHold({ jobWorker: 'shipper', status, recentDeadLetters, failureClass: 'transient' })
+    ?.reason;
+
+describe('replayHold', () => {
+  it('goes ahead once the incident is over', () => {
+    expect(hold(healthy)).toBeUndefined();
+  });
+
+  it('waits for each sign that the incident goes on', () => {
+    expect(hold({ ...healthy, phase: 'Paused' })).toBe('TargetPaused');
+    expect(hold({ ...healthy, phase: 'Progressing' })).toBe('RolloutInProgress');
+    expect(hold({ ...healthy, phase: 'RollingBack' })).toBe('RolloutInProgress');
+    expect(
+      hold({
+        ...healthy,
+        conditions: [
+          {
+            type: 'AgeObjectiveMet',
+            status: 'False',
+            reason: 'OverObjective',
+            message: '',
+            lastTransitionTime: 'x',
+          },
+        ],
+        oldestMessageAge: '2m10s',
+      }),
+    ).toBe('AgeOverObjective');
+    expect(
+      hold({ ...healthy, scaling: { limitedBy: 'downstream', message: '', throttling: true } }),
+    ).toBe('DependencyThrottling');
+    expect(hold(healthy, 3)).toBe('FailuresStillArriving');
+  });
+
+  it('names the first that holds, and says why in words', () => {
+    const r = replayHold({
+      jobWorker: 'shipper',
+      status: { ...healthy, phase: 'Paused', scaling: { throttling: true } },
+      recentDeadLetters: 4,
+      failureClass: 'transient',
+    });
+    expect(r).toEqual({
+      reason: 'TargetPaused',
+      message: 'JobWorker shipper is paused; the replay waits for its resume.',
+    });
+    expect(
+      replayHold({
+        jobWorker: 'shipper',
+        status: healthy,
+        recentDeadLetters: 4,
+        failureClass: 'transient',
+      })?.message,
+    ).toBe(
+      '4 dead letters of class transient arrived in the last 2 minutes: the incident is still producing failures.',
+    );
+  });
+
+  it('an unknown age (no queue signal) does not hold', () => {
+    expect(hold({ phase: 'Healthy' })).toBeUndefined();
+  });
+});
