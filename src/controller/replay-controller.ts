@@ -274,7 +274,7 @@ export class JobReplayController {
     const jw = await this.d.client.find<KubeObject & { status?: JobWorkerStatus }>(
       API_VERSION,
       KIND,
-      jr.metadata.namespace as string,
+      jr.metadata.namespace,
       spec.jobWorker,
     );
     const recentDeadLetters = await store.count({

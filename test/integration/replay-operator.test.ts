@@ -179,7 +179,7 @@ describe('the quarantine, seen by the operator', () => {
         if (broken.has(id)) throw new Permanent(`order ${id} rejected`);
       }),
     };
-    let worker = await h.startWorker({ handlers, config: { deadLetterOwner: 'team-shipping' } });
+    const worker = await h.startWorker({ handlers, config: { deadLetterOwner: 'team-shipping' } });
     for (const id of broken) await h.job(id);
     await urlSecrets(client, ns.namespace, {
       rabbitmq: h.rabbit.amqpUrl,
@@ -320,7 +320,7 @@ describe('the quarantine, seen by the operator', () => {
     expect(await audited(heldAt, new Date())).toBe(0);
 
     // The workers come back and drain the queue: the replay goes on by itself and completes.
-    worker = await h.startWorker({ handlers, config: { deadLetterOwner: 'team-shipping' } });
+    await h.startWorker({ handlers, config: { deadLetterOwner: 'team-shipping' } });
     const done = await eventually(
       'the JobReplay to succeed',
       async () => {
