@@ -223,8 +223,10 @@ export function decideReplicas(
       signals.depth === 0 && current - quietTarget >= Math.max(2, Math.ceil(QUIET_STEP * current))
         ? quietTarget
         : Math.max(...state.recommendations.map((r) => r.replicas));
-    if (highest > desired) {
-      desired = Math.min(current, highest);
+    // …never above maxReplicas: a lowered maximum applies at once (as the HPA's does).
+    const held = Math.min(current, highest, spec.maxReplicas);
+    if (held > desired) {
+      desired = held;
       limitedBy = 'stabilization';
     }
   }

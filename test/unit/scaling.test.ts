@@ -150,6 +150,15 @@ describe('decideReplicas', () => {
     expect(d.desired).toBe(9);
   });
 
+  it('a lowered maxReplicas applies at once, window or not', () => {
+    const busy = sig({ depth: 3, oldestAgeSeconds: 2, arrivalRate: 50 });
+    const ten = { ...spec, maxConcurrency: undefined };
+    let d = decideReplicas(ten, 8, busy, { recommendations: [], perReplicaRate: 5 }, t0);
+    expect(d.desired).toBe(10); // 50/s at 5/s a replica
+    d = decideReplicas({ ...ten, maxReplicas: 4 }, 10, busy, d.state, t0 + 10_000);
+    expect(d).toMatchObject({ desired: 4, limitedBy: 'maxReplicas' });
+  });
+
   it('never flaps: alternating signals within the window do not move it down and up', () => {
     let state = fresh;
     const seen: number[] = [];
