@@ -6,6 +6,7 @@
 // and what was already replayed counts against maxCount. While the incident
 // lasts (src/dlq/replay-hold.ts) a replay is Held, before it starts and
 // between messages, and goes on by itself once it is over.
+import { setTimeout as sleep } from 'node:timers/promises';
 import amqp from 'amqplib';
 import pg from 'pg';
 import type { Logger } from 'pino';
@@ -47,13 +48,6 @@ const iso = (d: Date) => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 /** While replaying, how often the hold is asked again; while held, how often it is asked whether it ended. */
 const HOLD_CHECK_MS = 2000;
 const HOLD_POLL_MS = 5000;
-
-/** Waits `ms`, or less when `signal` aborts. */
-const pause = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
-  });
 
 export class JobReplayController {
   private readonly runs = new Map<string, { abort: AbortController; done: Promise<void> }>();
@@ -169,7 +163,7 @@ export class JobReplayController {
           store,
           channel,
           now: () => this.now().getTime(),
-          sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+          sleep: (ms) => sleep(ms),
           signal,
           ...(gate && { gate }),
           onProgress: (x) => {
@@ -215,7 +209,7 @@ export class JobReplayController {
 
   /**
    * Resolves when the replay may go on: checks the hold at most every
-   * HOLD_CHECK_MS while replaying, and every holdPollMs while held, writing
+   * HOLD_CHECK_MS while replaying, and every HOLD_POLL_MS while held, writing
    * Held (with the reason) and Running again, each with its event.
    */
   private holdGate(
@@ -236,17 +230,9 @@ export class JobReplayController {
         const hold = await this.hold(jr, spec, store, queue);
         if (!hold) {
           if (held) {
-            await this.writeStatus(jr, {
-              phase: 'Running',
-              heldReason: undefined,
-              message: `The hold ended (${held.reason}): replaying.`,
-            });
-            await this.d.events.emit(
-              target,
-              'Normal',
-              'ReplayResumed',
-              `The hold ended (${held.reason}): replaying.`,
-            );
+            const message = `The hold ended (${held.reason}): replaying.`;
+            await this.writeStatus(jr, { phase: 'Running', heldReason: undefined, message });
+            await this.d.events.emit(target, 'Normal', 'ReplayResumed', message);
           }
           return;
         }
@@ -259,7 +245,7 @@ export class JobReplayController {
           await this.d.events.emit(target, 'Normal', 'ReplayHeld', hold.message);
         }
         held = hold;
-        await pause(HOLD_POLL_MS, signal);
+        await sleep(HOLD_POLL_MS, undefined, { signal }).catch(() => undefined); // aborted: the loop ends
       }
     };
   }

@@ -39,8 +39,13 @@ const condition = (o: { status?: Status }, type: string) =>
       Array<{ type: string; status: string; reason: string; message: string }> | undefined
   )?.find((c) => c.type === type);
 
-async function setUp(): Promise<void> {
-  await urlSecrets(client, ns.namespace, { rabbitmq: h.rabbit.amqpUrl, 'claims-db': h.db.url });
+/** The JobWorker `shipper` and the operator; with `scaling`, the JobWorker reads its queue's age too. */
+async function setUp(scaling?: Record<string, unknown>): Promise<void> {
+  await urlSecrets(client, ns.namespace, {
+    rabbitmq: h.rabbit.amqpUrl,
+    'rabbitmq-mgmt': h.rabbit.mgmtUrl,
+    'claims-db': h.db.url,
+  });
   await client.apply(
     {
       apiVersion: 'jobfleet.dev/v1alpha1',
@@ -48,16 +53,56 @@ async function setUp(): Promise<void> {
       metadata: { name: 'shipper', namespace: ns.namespace },
       spec: {
         image: 'registry.example.com/shipping/worker:1.0.0',
-        broker: { urlSecretRef: { name: 'rabbitmq', key: 'url' }, queue: QUEUE },
+        broker: {
+          urlSecretRef: { name: 'rabbitmq', key: 'url' },
+          ...(scaling && { managementUrlSecretRef: { name: 'rabbitmq-mgmt', key: 'url' } }),
+          queue: QUEUE,
+        },
         claims: { urlSecretRef: { name: 'claims-db', key: 'url' } },
         contract: { idempotencyKey: CONTRACT.keyRule, schemaVersions: CONTRACT.schemaVersions },
         deadLetter: { owner: 'team-shipping', maxAgeSeconds: 60 },
+        ...(scaling && { scaling }),
       },
     },
     'test-user',
   );
-  op = await testOperator(client, ns.namespace, { deadLetterReadMs: 500, replayProgressMs: 100 });
+  op = await testOperator(client, ns.namespace, {
+    deadLetterReadMs: 500,
+    replayProgressMs: 100,
+    ...(scaling && { pollMs: 1000 }),
+  });
 }
+
+/** A worker whose handler rejects (Permanent) the orders in `broken`, as it is when asked. */
+const failingWorker = (broken: Set<string>) =>
+  h.startWorker({
+    handlers: {
+      ship: h.effectHandler((job) => {
+        const id = (job.payload as { orderId: string }).orderId;
+        if (broken.has(id)) throw new Permanent(`order ${id} rejected`);
+      }),
+    },
+    config: { deadLetterOwner: 'team-shipping' },
+  });
+
+/** The JobReplay `after-fix` of the permanent failures, at `ratePerSecond`. */
+const replayAfterFix = (ratePerSecond: number, reason: string) =>
+  client.apply(
+    {
+      apiVersion: 'jobfleet.dev/v1alpha1',
+      kind: 'JobReplay',
+      metadata: { name: 'after-fix', namespace: ns.namespace },
+      spec: {
+        jobWorker: 'shipper',
+        selector: { failureClass: 'permanent' },
+        ratePerSecond,
+        burst: 1,
+        initiator: 'carol',
+        reason,
+      },
+    },
+    'test-user',
+  );
 
 async function gauge(name: string): Promise<number | undefined> {
   const m = (await op!.metrics.registry.getSingleMetric(name)?.get()) as
@@ -70,15 +115,7 @@ async function gauge(name: string): Promise<number | undefined> {
 describe('the quarantine, seen by the operator', () => {
   it('reports dead letters in status, turns DeadLettersOverdue past maxAge, and exports their age', async () => {
     const broken = new Set(['q-1', 'q-2', 'q-3']);
-    await h.startWorker({
-      handlers: {
-        ship: h.effectHandler((job) => {
-          const id = (job.payload as { orderId: string }).orderId;
-          if (broken.has(id)) throw new Permanent(`order ${id} rejected`);
-        }),
-      },
-      config: { deadLetterOwner: 'team-shipping' },
-    });
+    await failingWorker(broken);
     for (const id of broken) await h.job(id);
     await setUp();
     const within = await eventually('3 dead letters in status', async () => {
@@ -111,22 +148,7 @@ describe('the quarantine, seen by the operator', () => {
 
     // The fix ships; a JobReplay brings the three back.
     broken.clear();
-    await client.apply(
-      {
-        apiVersion: 'jobfleet.dev/v1alpha1',
-        kind: 'JobReplay',
-        metadata: { name: 'after-fix', namespace: ns.namespace },
-        spec: {
-          jobWorker: 'shipper',
-          selector: { failureClass: 'permanent' },
-          ratePerSecond: 2,
-          burst: 1,
-          initiator: 'carol',
-          reason: 'carrier fixed the rejection (INC-9)',
-        },
-      },
-      'test-user',
-    );
+    await replayAfterFix(2, 'carrier fixed the rejection (INC-9)');
     const seen: string[] = [];
     const done = await eventually(
       'the JobReplay to succeed',
@@ -173,44 +195,9 @@ describe('the quarantine, seen by the operator', () => {
 
   it('a JobReplay waits while failures still arrive, starts when they stop, and pauses while the oldest message is past the objective', async () => {
     const broken = new Set(Array.from({ length: 10 }, (_, i) => `r-${i}`));
-    const handlers = {
-      ship: h.effectHandler((job) => {
-        const id = (job.payload as { orderId: string }).orderId;
-        if (broken.has(id)) throw new Permanent(`order ${id} rejected`);
-      }),
-    };
-    const worker = await h.startWorker({ handlers, config: { deadLetterOwner: 'team-shipping' } });
+    const worker = await failingWorker(broken);
     for (const id of broken) await h.job(id);
-    await urlSecrets(client, ns.namespace, {
-      rabbitmq: h.rabbit.amqpUrl,
-      'rabbitmq-mgmt': h.rabbit.mgmtUrl,
-      'claims-db': h.db.url,
-    });
-    await client.apply(
-      {
-        apiVersion: 'jobfleet.dev/v1alpha1',
-        kind: 'JobWorker',
-        metadata: { name: 'shipper', namespace: ns.namespace },
-        spec: {
-          image: 'registry.example.com/shipping/worker:1.0.0',
-          broker: {
-            urlSecretRef: { name: 'rabbitmq', key: 'url' },
-            managementUrlSecretRef: { name: 'rabbitmq-mgmt', key: 'url' },
-            queue: QUEUE,
-          },
-          claims: { urlSecretRef: { name: 'claims-db', key: 'url' } },
-          contract: { idempotencyKey: CONTRACT.keyRule, schemaVersions: CONTRACT.schemaVersions },
-          deadLetter: { owner: 'team-shipping' },
-          scaling: { minReplicas: 1, maxReplicas: 1, targetOldestAgeSeconds: 5 },
-        },
-      },
-      'test-user',
-    );
-    op = await testOperator(client, ns.namespace, {
-      pollMs: 1000,
-      deadLetterReadMs: 500,
-      replayProgressMs: 100,
-    });
+    await setUp({ minReplicas: 1, maxReplicas: 1, targetOldestAgeSeconds: 5 });
     const quarantined = async () =>
       (
         await h.db.pool.query<{ n: number }>(
@@ -233,22 +220,7 @@ describe('the quarantine, seen by the operator', () => {
       (await get('JobWorker', 'shipper')).status?.phase === 'Healthy' ? true : undefined,
     );
     // The failures are minutes old at most: the incident may still be on.
-    await client.apply(
-      {
-        apiVersion: 'jobfleet.dev/v1alpha1',
-        kind: 'JobReplay',
-        metadata: { name: 'after-fix', namespace: ns.namespace },
-        spec: {
-          jobWorker: 'shipper',
-          selector: { failureClass: 'permanent' },
-          ratePerSecond: 0.5,
-          burst: 1,
-          initiator: 'carol',
-          reason: 'carrier fixed the rejection (INC-10)',
-        },
-      },
-      'test-user',
-    );
+    await replayAfterFix(0.5, 'carrier fixed the rejection (INC-10)');
     const jr = () => get('JobReplay', 'after-fix');
     const held = await eventually('Held while the failures still arrive', async () => {
       const x = await jr();
@@ -320,7 +292,7 @@ describe('the quarantine, seen by the operator', () => {
     expect(await audited(heldAt, new Date())).toBe(0);
 
     // The workers come back and drain the queue: the replay goes on by itself and completes.
-    await h.startWorker({ handlers, config: { deadLetterOwner: 'team-shipping' } });
+    await failingWorker(broken);
     const done = await eventually(
       'the JobReplay to succeed',
       async () => {
