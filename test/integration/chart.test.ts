@@ -4,7 +4,7 @@
 // chart's ServiceAccount — reconciling the example with exactly the RBAC the
 // chart grants: nothing missing (no 403), nothing unused.
 import { execFile } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -14,9 +14,10 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
 import { testOperator, urlSecrets } from '../fixtures/operator.js';
-import { assetsDir, repoRoot } from '../ground/control-plane.js';
+import { assetsDir, repoRoot, startControlPlane } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
+import { loadKubeConfig } from '../ground/kube.js';
 import {
   compareRbac,
   triplesOfCall,
@@ -82,13 +83,15 @@ describe('the Helm chart, rendered', () => {
     }
   });
 
-  it('by default: the operator (2 replicas, probes, restricted), a ClusterRole, the leader-election Role, a PDB', async () => {
+  it('by default: the CRDs (kept on uninstall), the operator (2 replicas, probes, restricted), a ClusterRole, the leader-election Role, a PDB', async () => {
     const docs = await render();
     expect(kinds(docs)).toEqual([
       'ClusterRole//jf-jobfleet',
       'ClusterRole//jf-jobfleet-edit',
       'ClusterRole//jf-jobfleet-view',
       'ClusterRoleBinding//jf-jobfleet',
+      'CustomResourceDefinition//jobreplays.jobfleet.dev',
+      'CustomResourceDefinition//jobworkers.jobfleet.dev',
       'Deployment/jobfleet-system/jf-jobfleet',
       'PodDisruptionBudget/jobfleet-system/jf-jobfleet',
       'Role/jobfleet-system/jf-jobfleet-leader-election',
@@ -96,6 +99,21 @@ describe('the Helm chart, rendered', () => {
       'Service/jobfleet-system/jf-jobfleet-metrics',
       'ServiceAccount/jobfleet-system/jf-jobfleet',
     ]);
+    // The CRDs are crds/ as generated, with the chart's labels and, by default, kept on uninstall.
+    for (const file of ['jobfleet.dev_jobworkers.yaml', 'jobfleet.dev_jobreplays.yaml']) {
+      const generated = parse(readFileSync(path.join(repoRoot, 'crds', file), 'utf8')) as Doc;
+      const rendered = docs.find((d) => d.metadata.name === generated.metadata.name)!;
+      expect(rendered.spec).toEqual(generated.spec);
+      expect(rendered.metadata.annotations).toEqual({ 'helm.sh/resource-policy': 'keep' });
+      expect(rendered.metadata.labels).toMatchObject({ 'app.kubernetes.io/managed-by': 'Helm' });
+    }
+    expect(
+      (await render('crds.keep=false')).find((d) => d.kind === 'CustomResourceDefinition')!.metadata
+        .annotations,
+    ).toBeUndefined();
+    expect(
+      (await render('crds.install=false')).filter((d) => d.kind === 'CustomResourceDefinition'),
+    ).toEqual([]);
     const dep = docs.find((d) => d.kind === 'Deployment')!;
     expect(dep.spec.replicas).toBe(2);
     const c = dep.spec.template.spec.containers[0];
@@ -252,7 +270,11 @@ describe('the Helm chart, installed', () => {
     op = undefined;
     await ns?.cleanup();
   });
-  /** helm install into the test namespace, watching only it; the release's name */
+  /**
+   * helm install into the test namespace, watching only it; the release's name. The shared
+   * ground installed the CRDs itself (and a cluster's CRDs belong to one release at most), so
+   * crds.install=false, as for CRDs managed elsewhere.
+   */
   const install = async () => {
     const release = `jf-${ns.namespace.slice(-8)}`;
     await helm(
@@ -265,6 +287,8 @@ describe('the Helm chart, installed', () => {
       ns.kubeconfigPath,
       '--set',
       `watchNamespaces={${ns.namespace}}`,
+      '--set',
+      'crds.install=false',
     );
     return release;
   };
@@ -514,4 +538,101 @@ describe('the Helm chart, installed', () => {
       await uninstall(release);
     }
   });
+});
+
+describe('the Helm chart, upgraded', () => {
+  it('helm upgrade from a release whose CRD is older updates the CRD (a field refused before is kept after); uninstall keeps the CRDs and JobWorkers', async () => {
+    // A cluster of its own: the CRDs are cluster-wide, and this one installs and changes them.
+    const plane = await startControlPlane({ workloads: false });
+    try {
+      const kube = ['--namespace', 'jobfleet-system', '--kubeconfig', plane.kubeconfigPath];
+      const client = new KubeClient(loadKubeConfig(plane.kubeconfigPath));
+      // The older release: this chart, its JobWorker CRD without a field added since.
+      const old = path.join(mkdtempSync(path.join(os.tmpdir(), 'jobfleet-old-chart-')), 'jobfleet');
+      cpSync(CHART, old, { recursive: true });
+      // files/crds links to crds/: a copy of its own (cpSync keeps nested links)
+      rmSync(path.join(old, 'files/crds'));
+      cpSync(path.join(repoRoot, 'crds'), path.join(old, 'files/crds'), { recursive: true });
+      const crdFile = path.join(old, 'files/crds/jobfleet.dev_jobworkers.yaml');
+      const crd = parse(readFileSync(crdFile, 'utf8')) as Doc;
+      const scaling =
+        crd.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.scaling;
+      expect(scaling.properties.removeIdleFirst).toBeDefined();
+      delete scaling.properties.removeIdleFirst;
+      delete scaling.default.removeIdleFirst;
+      writeFileSync(crdFile, stringify(crd));
+      await helm('install', 'jobfleet', old, '--create-namespace', ...kube);
+
+      await client.apply(
+        { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shipping' } },
+        'jobfleet-test',
+      );
+      const example = parse(
+        readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8'),
+      ) as Doc;
+      /** applies the example with scaling.removeIdleFirst: false: what the apiserver kept, or its refusal */
+      const applyWithNewField = async () => {
+        try {
+          await client.apply(
+            {
+              ...example,
+              metadata: { name: 'order-shipper', namespace: 'shipping' },
+              spec: { ...example.spec, scaling: { removeIdleFirst: false } },
+            },
+            'jobfleet-test',
+          );
+        } catch (err) {
+          return String(err);
+        }
+        const jw = await client.get<Doc>(
+          'jobfleet.dev/v1alpha1',
+          'JobWorker',
+          'shipping',
+          'order-shipper',
+        );
+        return jw.spec.scaling?.removeIdleFirst as unknown;
+      };
+      // The stale CRD does not know the field (a non-strict client would see it pruned).
+      expect(
+        await eventually('the old CRD established', async () => {
+          const r = await applyWithNewField();
+          return typeof r === 'string' && /not found|could not find/.test(r) ? undefined : r;
+        }),
+      ).toMatch(/removeIdleFirst: field not declared in schema/);
+
+      await helm('upgrade', 'jobfleet', CHART, ...kube);
+      const upgraded = await client.get<Doc>(
+        'apiextensions.k8s.io/v1',
+        'CustomResourceDefinition',
+        undefined,
+        'jobworkers.jobfleet.dev',
+      );
+      expect(
+        upgraded.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.scaling
+          .properties.removeIdleFirst,
+      ).toMatchObject({ type: 'boolean' });
+      await eventually('the field kept', async () =>
+        (await applyWithNewField()) === false ? true : undefined,
+      );
+
+      await helm('uninstall', 'jobfleet', ...kube);
+      for (const name of ['jobworkers.jobfleet.dev', 'jobreplays.jobfleet.dev'])
+        expect(
+          (
+            await client.get<Doc>(
+              'apiextensions.k8s.io/v1',
+              'CustomResourceDefinition',
+              undefined,
+              name,
+            )
+          ).metadata.name,
+        ).toBe(name);
+      expect(
+        (await client.get<Doc>('jobfleet.dev/v1alpha1', 'JobWorker', 'shipping', 'order-shipper'))
+          .spec.scaling,
+      ).toMatchObject({ removeIdleFirst: false });
+    } finally {
+      await plane.stop();
+    }
+  }, 180_000);
 });
