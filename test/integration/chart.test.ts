@@ -239,6 +239,53 @@ describe('the Helm chart, rendered', () => {
     );
   });
 
+  it('the dashboard draws every series in its own unit: seconds, per-second rates and counts never share an axis', () => {
+    type Panel = {
+      title: string;
+      fieldConfig: {
+        defaults: { unit?: string };
+        overrides: Array<{
+          matcher: { id: string; options: string };
+          properties: Array<{ id: string; value: unknown }>;
+        }>;
+      };
+      targets: Array<{ refId: string; expr: string }>;
+    };
+    const dashboard = JSON.parse(
+      readFileSync(path.join(CHART, 'files/dashboard.json'), 'utf8'),
+    ) as { panels: Panel[] };
+    /** the unit a PromQL expression's values are in, from the metric and the function */
+    const unitOf = (expr: string) =>
+      /_seconds(_bucket)?\b/.test(expr) && (/histogram_quantile/.test(expr) || !/rate\(/.test(expr))
+        ? 's'
+        : /\brate\(/.test(expr)
+          ? 'ops'
+          : 'short';
+    const drawn = dashboard.panels.flatMap((p) =>
+      p.targets.map((t) => {
+        const override = p.fieldConfig.overrides.find(
+          (o) => o.matcher.id === 'byFrameRefID' && o.matcher.options === t.refId,
+        );
+        const unit = override?.properties.find((x) => x.id === 'unit')?.value as string | undefined;
+        return `${p.title} / ${t.refId}: ${unit ?? p.fieldConfig.defaults.unit}`;
+      }),
+    );
+    const expected = dashboard.panels.flatMap((p) =>
+      p.targets.map((t) => `${p.title} / ${t.refId}: ${unitOf(t.expr)}`),
+    );
+    expect(drawn).toEqual(expected);
+    // The ready line needs kube-state-metrics: the panel says so, as do values.yaml and the README.
+    expect(
+      (
+        dashboard.panels.find((p) => p.title === 'Replicas: desired and ready') as {
+          description?: string;
+        }
+      ).description,
+    ).toMatch(/kube-state-metrics/);
+    for (const file of ['charts/jobfleet/values.yaml', 'README.md'])
+      expect(readFileSync(path.join(repoRoot, file), 'utf8')).toMatch(/kube-state-metrics/);
+  });
+
   it('its alert rules pass promtool check rules and their unit tests on synthetic series', async () => {
     const docs = await render('alerts.enabled=true');
     const dir = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-rules-'));
