@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration lint typecheck build bench chaos demo dev images control-plane clean deps crds
+.PHONY: node node-path test test-unit test-integration lint typecheck build release bench chaos demo dev images control-plane clean deps crds
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -59,6 +59,11 @@ typecheck: node_modules
 
 build: node_modules
 	tsc -p tsconfig.build.json
+
+## release: the kubectl plugin as one file (dist/release/kubectl-jobworker: copy it onto your PATH),
+## its krew archive + sha256, and plugins/jobworker.yaml rendered for them (dist/release/jobworker.yaml)
+release: node_modules
+	node --import tsx plugins/build.ts
 
 ## crds: regenerate crds/ from the zod schema in src/api/ (a unit test fails when they drift)
 crds: node_modules

@@ -36,10 +36,14 @@ commands:
   version                                 this plugin's version
 
 Reads the cluster with your kubeconfig (KUBECONFIG, or ~/.kube/config), as kubectl does:
--n/--namespace, --kubeconfig FILE and --context NAME work as kubectl's.`;
+-n/--namespace, --kubeconfig FILE, --context NAME, --as USER and --as-group GROUP work as kubectl's.`;
+
+/** Set when plugins/build.ts bundles this file: the bundle has no package.json beside it. */
+declare const JOBFLEET_VERSION: string | undefined;
 
 /** The version of the package this file came from (source or dist/: the nearest jobfleet package.json). */
 function packageVersion(): string {
+  if (typeof JOBFLEET_VERSION === 'string') return JOBFLEET_VERSION;
   for (let dir = path.dirname(fileURLToPath(import.meta.url)); ; dir = path.dirname(dir)) {
     try {
       const p = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as {
@@ -58,20 +62,26 @@ type JobWorkerObject = KubeObject & { spec: Record<string, unknown>; status?: Jo
 
 /**
  * kubectl's global flags a plugin receives after its name: -n/--namespace,
- * --kubeconfig and --context (each also as --flag=value); the rest in order.
+ * --kubeconfig, --context, --as and --as-group (repeatable), each also as
+ * --flag=value; the rest in order.
  */
 function globalFlags(argv: string[]): {
   namespace?: string;
   kubeconfig?: string;
   context?: string;
+  as?: string;
+  asGroups: string[];
   args: string[];
 } {
   const flags: Record<string, string | undefined> = {};
+  const asGroups: string[] = [];
   const names: Record<string, string> = {
     '-n': 'namespace',
     '--namespace': 'namespace',
     '--kubeconfig': 'kubeconfig',
     '--context': 'context',
+    '--as': 'as',
+    '--as-group': 'asGroup',
   };
   const args: string[] = [];
   for (let i = 0; i < argv.length; i++) {
@@ -79,11 +89,16 @@ function globalFlags(argv: string[]): {
     const eq = a.indexOf('=');
     const flag = eq > 0 && a.startsWith('--') ? a.slice(0, eq) : a;
     const name = names[flag];
-    if (!name) args.push(a);
-    else if (eq > 0 && flag !== a) flags[name] = a.slice(eq + 1);
-    else flags[name] = argv[++i];
+    if (!name) {
+      args.push(a);
+      continue;
+    }
+    const value = eq > 0 && flag !== a ? a.slice(eq + 1) : argv[++i];
+    if (name === 'asGroup') {
+      if (value) asGroups.push(value);
+    } else flags[name] = value;
   }
-  return { ...flags, args };
+  return { ...flags, asGroups, args };
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -96,10 +111,13 @@ async function main(argv: string[]): Promise<number> {
     console.log(`kubectl-jobworker ${packageVersion()}`);
     return 0;
   }
-  const { namespace: ns, kubeconfig, context, args } = globalFlags(rest);
+  const { namespace: ns, kubeconfig, context, as, asGroups, args } = globalFlags(rest);
   // --kubeconfig replaces KUBECONFIG, as for kubectl itself
   const env = kubeconfig ? { ...process.env, KUBECONFIG: kubeconfig } : process.env;
-  const client = new KubeClient(KubeAccess.fromDefault(env, context));
+  const access = KubeAccess.fromDefault(env, context);
+  if (as) access.impersonate(as, asGroups);
+  else if (asGroups.length) throw new Error('--as-group needs --as: name the user to act as');
+  const client = new KubeClient(access);
   const namespace = ns ?? client.contextNamespace() ?? 'default';
   const get = (name: string) =>
     client.find<JobWorkerObject>(API_VERSION, KIND, namespace, name).then((jw) => {

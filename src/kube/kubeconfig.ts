@@ -101,6 +101,7 @@ export class KubeAccess implements KubeAccessLike {
   private exec:
     { config: ExecConfig; cached?: ExecCredential; running?: Promise<ExecCredential> } | undefined;
   private authorization: string | undefined;
+  private impersonation: { 'impersonate-user': string; 'impersonate-group'?: string[] } | undefined;
 
   private constructor(
     readonly server: string,
@@ -226,6 +227,15 @@ export class KubeAccess implements KubeAccessLike {
     return name === this.context.name ? { namespace: this.context.namespace } : null;
   }
 
+  /** Acts as another user (kubectl's --as and --as-group): the apiserver authorizes the request as them. */
+  impersonate(user: string, groups: string[] = []): this {
+    this.impersonation = {
+      'impersonate-user': user,
+      ...(groups.length && { 'impersonate-group': groups }),
+    };
+    return this;
+  }
+
   /** TLS material (fixed for the process) and this request's credentials. */
   async applyToHTTPSOptions(opts: https.RequestOptions): Promise<void> {
     Object.assign(opts, this.tls);
@@ -238,6 +248,7 @@ export class KubeAccess implements KubeAccessLike {
       if (cred.clientKeyData) opts.key = cred.clientKeyData;
     }
     if (authorization) opts.headers = { ...opts.headers, authorization };
+    if (this.impersonation) opts.headers = { ...opts.headers, ...this.impersonation };
   }
 
   /**

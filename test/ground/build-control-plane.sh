@@ -2,7 +2,7 @@
 # Builds the test ground's Kubernetes control plane (envtest layout) and helm
 # from the Go module proxy into an ignored cache folder, once.
 #
-#   .cache/kube/<KUBE_VERSION>/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kwok,helm}
+#   .cache/kube/<KUBE_VERSION>/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kwok,helm,krew}
 #
 # Versions come from versions.env (the one place they are pinned). No
 # Kubernetes source is vendored: a wrapper module requires k8s.io/kubernetes
@@ -21,7 +21,7 @@ export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 
 cache="${JOBFLEET_CACHE_DIR:-$root/.cache}"
 out="$cache/kube/$KUBE_VERSION"
-bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm krew)
 
 complete() { for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done; }
 if [ "${1:-}" != "--force" ] && complete; then echo "$out"; exit 0; fi
@@ -97,6 +97,9 @@ log "building helm v$HELM_VERSION"
 GOBIN="$out" go install -trimpath \
   -ldflags "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
   "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+# krew: the plugin test installs the release archive with it, as users would
+log "building krew v$KREW_VERSION"
+GOBIN="$out" go install -trimpath "sigs.k8s.io/krew/cmd/krew@v$KREW_VERSION"
 
 log "done in $(( $(date +%s) - start ))s"
 echo "$out"

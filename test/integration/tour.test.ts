@@ -4,7 +4,7 @@
 // images` prints). The only edit is the one the tour asks for: the three
 // URLs in examples/secrets.yaml, set to this machine's services.
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -66,16 +66,12 @@ describe("the README's tour", () => {
     );
     expect(i).toBe(3);
     writeFileSync(path.join(work, 'secrets.yaml'), secrets);
-    const plugins = path.join(work, 'bin');
-    mkdirSync(plugins);
-    symlinkSync(
-      path.join(repoRoot, 'bin/kubectl-jobworker.mjs'),
-      path.join(plugins, 'kubectl-jobworker'),
-    );
+    // The tour installs the plugin into ~/.local/bin: a HOME of its own, with that on PATH.
     const env = {
       ...process.env,
+      HOME: work,
       KUBECONFIG: ground.plane.kubeconfigPath,
-      PATH: `${assetsDir()}:${plugins}:${path.dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`,
+      PATH: `${assetsDir()}:${path.join(work, '.local/bin')}:${path.dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`,
     };
 
     const commands = tourCommands();
