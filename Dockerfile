@@ -6,6 +6,8 @@
 FROM node:24-bookworm-slim AS build
 WORKDIR /src
 COPY package.json package-lock.json ./
+# the worker library is an npm workspace: npm ci needs its package.json
+COPY worker/package.json ./worker/
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
@@ -22,7 +24,7 @@ COPY --from=build /src/dist ./dist
 # the image's "node" user; the chart's securityContext also requires non-root
 USER 1000:1000
 
-# examples/worker/worker.ts on jobfleet/worker: what a team's worker image looks like
+# examples/worker/worker.ts on @jobfleet/worker: what a team's worker image looks like
 FROM runtime AS example-worker
 # /metrics, /healthz, /readyz (JOBFLEET_METRICS_PORT)
 EXPOSE 9464

@@ -5,7 +5,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'dist/', '.cache/', 'coverage/', 'test-results/'] },
+  { ignores: ['node_modules/', 'dist/', 'worker/dist/', '.cache/', 'coverage/', 'test-results/'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

@@ -1,4 +1,4 @@
-// jobfleet/worker — the public surface. Everything else is internal.
+// @jobfleet/worker — the public surface. Everything else is internal.
 export { createWorker, type Worker, type WorkerOptions } from './worker.js';
 export type { Handler, HandlerContext, Job, DeliveryResult } from './delivery.js';
 export { Permanent, Throttled, parseRetryAfter } from './errors.js';

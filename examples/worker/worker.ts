@@ -1,5 +1,5 @@
 // An example worker image's entrypoint: ships orders by calling a (simulated)
-// carrier API. What a real worker looks like with jobfleet/worker — the
+// carrier API. What a real worker looks like with @jobfleet/worker — the
 // operator passes JOBFLEET_* (queue, credentials, contract, revision); the
 // code states the contract it implements and the handlers.
 //

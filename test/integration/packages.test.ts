@@ -1,0 +1,194 @@
+// The two npm packages as users get them: `npm pack` of the worker library
+// (@jobfleet/worker, the worker/ workspace) and of the operator with its CLIs
+// (jobfleet), each built by its own prepack from this checkout; the tarballs
+// installed into scratch projects (their dependencies from the npm registry or
+// its local cache); the worker API imported on the pinned Node; the
+// docs/worker.md example type-checked against the installed types under
+// `strict` and `skipLibCheck: false`, with NodeNext and node10 resolution.
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { repoRoot } from '../ground/control-plane.js';
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+const run = (file: string, args: string[], cwd: string) =>
+  new Promise<Run>((resolve) =>
+    execFile(file, args, { cwd, timeout: 240_000, maxBuffer: 64 << 20 }, (err, stdout, stderr) =>
+      resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr }),
+    ),
+  );
+const npm = (args: string[], cwd: string) => run('npm', args, cwd);
+const tsc = (project: string, cwd: string) =>
+  run(
+    process.execPath,
+    [path.join(repoRoot, 'node_modules/typescript/bin/tsc'), '-p', project],
+    cwd,
+  );
+
+interface Packed {
+  filename: string;
+  files: Array<{ path: string }>;
+}
+async function pack(args: string[], into: string): Promise<Packed> {
+  const r = await npm(['pack', ...args, '--pack-destination', into, '--json'], repoRoot);
+  expect(r.code, r.stderr).toBe(0);
+  // prepack's build prints before npm's JSON
+  const [packed] = JSON.parse(r.stdout.slice(r.stdout.indexOf('\n[') + 1)) as Packed[];
+  return { ...packed!, filename: path.join(into, packed!.filename) };
+}
+
+/** A scratch project with these tarballs installed, as `npm install <tarball>` does it. */
+async function scratch(work: string, name: string, tarballs: string[]): Promise<string> {
+  const dir = path.join(work, name);
+  mkdirSync(dir);
+  writeFileSync(
+    path.join(dir, 'package.json'),
+    JSON.stringify({ name, private: true, type: 'module' }),
+  );
+  const r = await npm(['install', '--prefer-offline', '--no-audit', '--no-fund', ...tarballs], dir);
+  expect(r.code, r.stderr).toBe(0);
+  return dir;
+}
+
+/** The docs' TypeScript blocks of "The API", as one file. */
+function docsExample(): string {
+  const doc = readFileSync(path.join(repoRoot, 'docs/worker.md'), 'utf8');
+  const api = doc.slice(
+    doc.indexOf('## The API'),
+    doc.indexOf('\n## ', doc.indexOf('## The API') + 1),
+  );
+  const blocks = [...api.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  expect(blocks.length).toBeGreaterThanOrEqual(2);
+  return blocks.join('\n');
+}
+
+const tsconfig = (resolution: 'nodenext' | 'node10', files: string[]) => ({
+  compilerOptions: {
+    strict: true,
+    skipLibCheck: false,
+    noEmit: true,
+    target: 'es2022',
+    ...(resolution === 'nodenext'
+      ? { module: 'nodenext', moduleResolution: 'nodenext' }
+      : // node10 projects set esModuleInterop (as `tsc --init` does): zod's and pino's own types need it
+        { module: 'es2022', moduleResolution: 'node10', esModuleInterop: true }),
+  },
+  files,
+});
+
+describe('the npm packages, packed and installed', () => {
+  let work: string;
+  let worker: Packed;
+  let operator: Packed;
+  beforeAll(async () => {
+    work = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-packages-'));
+    worker = await pack(['--workspace', 'worker'], work);
+    operator = await pack([], work);
+  }, 240_000);
+
+  it('each tarball holds its built code, its types (the library), LICENSE and README — no sources, no tests', () => {
+    const names = (p: Packed) => p.files.map((f) => f.path);
+    expect(names(worker)).toEqual(
+      expect.arrayContaining([
+        'LICENSE',
+        'README.md',
+        'package.json',
+        'dist/index.js',
+        'dist/index.d.ts',
+        'dist/worker.js',
+      ]),
+    );
+    expect(names(operator)).toEqual(
+      expect.arrayContaining([
+        'LICENSE',
+        'README.md',
+        'bin/jobfleet.mjs',
+        'bin/kubectl-jobworker.mjs',
+        'dist/src/main.js',
+        'dist/src/cli/kubectl-jobworker.js',
+        'crds/jobfleet.dev_jobworkers.yaml',
+      ]),
+    );
+    for (const p of [worker, operator])
+      expect(
+        names(p).filter((f) => /(^|\/)test\/|(?<!\.d)\.ts$|\.map$|^dist\/release/.test(f)),
+      ).toEqual([]);
+  });
+
+  it('the worker library installs alone (no Kubernetes client, no operator), imports on the pinned Node, and the docs example type-checks under strict with NodeNext and node10', async () => {
+    const dir = await scratch(work, 'team-worker', [worker.filename]);
+    expect(existsSync(path.join(dir, 'node_modules/@kubernetes'))).toBe(false);
+    expect(existsSync(path.join(dir, 'node_modules/jobfleet'))).toBe(false);
+
+    const imported = await run(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        "const w = await import('@jobfleet/worker'); console.log(JSON.stringify(Object.fromEntries(Object.entries(w).map(([k, v]) => [k, typeof v]))))",
+      ],
+      dir,
+    );
+    expect(imported.code, imported.stderr).toBe(0);
+    expect(JSON.parse(imported.stdout)).toMatchObject({
+      createWorker: 'function',
+      publish: 'function',
+      Permanent: 'function',
+      Throttled: 'function',
+      loadConfig: 'function',
+    });
+
+    // The docs' example, and the transactional client typed (not `any`, as missing @types/pg made it).
+    writeFileSync(
+      path.join(dir, 'example.ts'),
+      `${docsExample()}
+import type { HandlerContext } from '@jobfleet/worker';
+type IsAny<T> = 0 extends 1 & T ? true : false;
+export const txIsTyped: IsAny<NonNullable<HandlerContext['tx']>> = false;
+`,
+    );
+    // A mistake the types must catch: proof that they were read, not skipped.
+    writeFileSync(
+      path.join(dir, 'mistake.ts'),
+      `import { createWorker } from '@jobfleet/worker';
+createWorker({ contract: { keyRule: 42, schemaVersions: [1] }, handlers: {} });
+`,
+    );
+    for (const resolution of ['nodenext', 'node10'] as const) {
+      writeFileSync(
+        path.join(dir, `tsconfig.${resolution}.json`),
+        JSON.stringify(tsconfig(resolution, ['example.ts'])),
+      );
+      const ok = await tsc(`tsconfig.${resolution}.json`, dir);
+      expect([resolution, ok.stdout]).toEqual([resolution, '']);
+      expect(ok.code).toBe(0);
+      writeFileSync(
+        path.join(dir, `tsconfig.mistake.${resolution}.json`),
+        JSON.stringify(tsconfig(resolution, ['mistake.ts'])),
+      );
+      const caught = await tsc(`tsconfig.mistake.${resolution}.json`, dir);
+      expect(caught.stdout).toMatch(
+        /mistake\.ts.*error TS2322: Type 'number' is not assignable to type 'string'/,
+      );
+    }
+  });
+
+  it('the operator package installs with its two commands on PATH, both runnable from the tarball alone', async () => {
+    const dir = await scratch(work, 'platform-team', [operator.filename]);
+    const bin = (name: string) => path.join(dir, 'node_modules/.bin', name);
+    const version = await run(bin('kubectl-jobworker'), ['version'], dir);
+    const pkg = JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as {
+      version: string;
+    };
+    expect(version).toMatchObject({ code: 0, stdout: `kubectl-jobworker ${pkg.version}\n` });
+    const help = await run(bin('jobfleet'), ['--help'], dir);
+    expect(help.code, help.stderr).toBe(0);
+    expect(help.stdout).toMatch(/verify .*\n\s+dlq /);
+  });
+});
