@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration lint typecheck build release bench chaos demo dev images control-plane clean deps crds
+.PHONY: node node-path test test-unit test-integration lint typecheck build release chart-docs bench chaos demo dev images control-plane clean deps crds
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -64,6 +64,10 @@ build: node_modules
 ## its krew archive + sha256, and plugins/jobworker.yaml rendered for them (dist/release/jobworker.yaml)
 release: node_modules
 	node --import tsx plugins/build.ts
+
+## chart-docs: charts/jobfleet/README.md from values.yaml's `# --` comments (helm-docs, built with the control plane)
+chart-docs: control-plane
+	cd charts && "$$(bash ../test/ground/build-control-plane.sh)/helm-docs" --chart-search-root jobfleet --sort-values-order file
 
 ## crds: regenerate crds/ from the zod schema in src/api/ (a unit test fails when they drift)
 crds: node_modules

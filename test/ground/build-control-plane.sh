@@ -2,7 +2,7 @@
 # Builds the test ground's Kubernetes control plane (envtest layout) and helm
 # from the Go module proxy into an ignored cache folder, once.
 #
-#   .cache/kube/<KUBE_VERSION>/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kwok,helm,krew}
+#   .cache/kube/<KUBE_VERSION>/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kwok,helm,krew,helm-docs}
 #
 # Versions come from versions.env (the one place they are pinned). No
 # Kubernetes source is vendored: a wrapper module requires k8s.io/kubernetes
@@ -21,7 +21,7 @@ export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 
 cache="${JOBFLEET_CACHE_DIR:-$root/.cache}"
 out="$cache/kube/$KUBE_VERSION"
-bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm krew)
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm krew helm-docs)
 
 complete() { for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done; }
 if [ "${1:-}" != "--force" ] && complete; then echo "$out"; exit 0; fi
@@ -100,6 +100,9 @@ GOBIN="$out" go install -trimpath \
 # krew: the plugin test installs the release archive with it, as users would
 log "building krew v$KREW_VERSION"
 GOBIN="$out" go install -trimpath "sigs.k8s.io/krew/cmd/krew@v$KREW_VERSION"
+# helm-docs: the chart's README is its output (`make chart-docs`; a test checks it is current)
+log "building helm-docs v$HELM_DOCS_VERSION"
+GOBIN="$out" go install -trimpath "github.com/norwoodj/helm-docs/cmd/helm-docs@v$HELM_DOCS_VERSION"
 
 log "done in $(( $(date +%s) - start ))s"
 echo "$out"

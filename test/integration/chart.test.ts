@@ -286,6 +286,22 @@ describe('the Helm chart, rendered', () => {
       expect(readFileSync(path.join(repoRoot, file), 'utf8')).toMatch(/kube-state-metrics/);
   });
 
+  it("its README is helm-docs' output for values.yaml as it is (make chart-docs), every value described", async () => {
+    const { stdout } = await run(
+      path.join(assetsDir(), 'helm-docs'),
+      ['--chart-search-root', 'jobfleet', '--sort-values-order', 'file', '--dry-run'],
+      { cwd: path.dirname(CHART) },
+    );
+    expect(stdout, 'charts/jobfleet/README.md is stale: run `make chart-docs`').toBe(
+      readFileSync(path.join(CHART, 'README.md'), 'utf8'),
+    );
+    const rows = stdout
+      .split('\n')
+      .filter((l) => /^\| [a-zA-Z]/.test(l) && !l.startsWith('| Key '));
+    expect(rows.length).toBeGreaterThan(40);
+    expect(rows.filter((r) => r.endsWith('|  |'))).toEqual([]);
+  });
+
   it('its alert rules pass promtool check rules and their unit tests on synthetic series', async () => {
     const docs = await render('alerts.enabled=true');
     const dir = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-rules-'));
