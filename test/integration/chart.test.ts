@@ -12,6 +12,7 @@ import * as k8s from '@kubernetes/client-node';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
+import { KubeAccess } from '../../src/kube/kubeconfig.js';
 import type { Operator } from '../../src/operator.js';
 import { testOperator, urlSecrets } from '../fixtures/operator.js';
 import { assetsDir, repoRoot, startControlPlane } from '../ground/control-plane.js';
@@ -597,6 +598,28 @@ describe('the Helm chart, installed', () => {
         expect([verb, await allowed('bob', verb, 'jobworkers')]).toEqual([verb, false]);
       // and nobody else in the namespace gains anything
       expect(await allowed('mallory', 'get', 'jobworkers')).toBe(false);
+
+      // The same through real requests, impersonating each (what kubectl --as does).
+      const as = (user: string) =>
+        new KubeClient(KubeAccess.fromFile(ns.kubeconfigPath).impersonate(user));
+      const example = parse(
+        readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8'),
+      ) as Doc;
+      const jw = { ...example, metadata: { name: 'by-alice', namespace: ns.namespace } };
+      await as('alice').apply(jw, 'alice');
+      const read = await as('bob').get<Doc>(
+        'jobfleet.dev/v1alpha1',
+        'JobWorker',
+        ns.namespace,
+        'by-alice',
+      );
+      expect(read.metadata.name).toBe('by-alice');
+      await expect(
+        as('bob').apply({ ...jw, metadata: { ...jw.metadata, name: 'by-bob' } }, 'bob'),
+      ).rejects.toThrow(/forbidden/);
+      await expect(
+        as('mallory').get('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'by-alice'),
+      ).rejects.toThrow(/forbidden/);
     } finally {
       await uninstall(release);
     }
