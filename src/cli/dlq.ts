@@ -7,7 +7,10 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
 import pg from 'pg';
+import type { JobWorkerStatus } from '../api/jobworker.js';
 import { discard, replay, ReplayRefused, type ReplayProgress } from '../dlq/replay.js';
+import { holdGate, HoldTimeout } from '../dlq/replay-gate.js';
+import { ARRIVING_WINDOW_MS, replayHold } from '../dlq/replay-hold.js';
 import { DeadLetterStore, type DeadLetterRow, type Selector } from '../dlq/store.js';
 import { ClaimStore } from '../../worker/claim-store.js';
 import { redactUrl } from './verify.js';
@@ -33,11 +36,18 @@ selection (list, replay, discard):
   show ID  [--json]                     the row, its audit trail, and its payload when stored
   replay   --reason WHY [--initiator WHO] [--rate 5] [--burst 10] [--max-count 100]
            [--failure-threshold 5] [--edit-payload FILE] [--wait] [--wait-timeout 300]
+           [--hold-timeout 900] [--force]
   discard  --reason WHY [--initiator WHO] [--max-count 100]
 
 A replay keeps each job's idempotency key, resets its attempts, and skips keys that completed
 meanwhile. It stops when --failure-threshold replayed jobs fail again. --edit-payload replaces the
-payload of the one selected dead letter (select it with --id) and needs --reason.`;
+payload of the one selected dead letter (select it with --id) and needs --reason.
+
+A replay waits while the incident lasts: while dead letters of the selected class still arrive
+(the last 2 minutes) and, through \`kubectl jobworker dlq\`, while the JobWorker's oldest message
+is past its objective, its dependency throttles, or it rolls out or back. It goes on by itself
+when that ends, and gives up after --hold-timeout seconds held (exit 3). --force replays anyway;
+the audit records that it was forced.`;
 
 const options = {
   'claims-url': { type: 'string' },
@@ -63,6 +73,8 @@ const options = {
   'edit-payload': { type: 'string' },
   wait: { type: 'boolean', default: false },
   'wait-timeout': { type: 'string', default: '300' },
+  'hold-timeout': { type: 'string', default: '900' },
+  force: { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
@@ -117,7 +129,13 @@ function selector(o: Values, queue: string): Selector {
   };
 }
 
-export async function runDlq(argv: string[]): Promise<number> {
+/** What `kubectl jobworker dlq` knows beyond the queue: the JobWorker whose holds a replay respects. */
+export interface DlqTarget {
+  jobWorker: string;
+  status(): Promise<JobWorkerStatus | undefined>;
+}
+
+export async function runDlq(argv: string[], target?: DlqTarget): Promise<number> {
   const { values: o, positionals } = parseArgs({ args: argv, options, allowPositionals: true });
   const [sub, ...rest] = positionals;
   if (o.help || !sub) {
@@ -152,7 +170,7 @@ export async function runDlq(argv: string[]): Promise<number> {
     if (sub === 'show') return await show(store, o, rest[0]);
     // Replay and discard write audit rows: bring the tables to this version first.
     await new ClaimStore(pool).migrate();
-    return await act(sub as 'replay' | 'discard', store, o, queue as string);
+    return await act(sub as 'replay' | 'discard', store, o, queue as string, target);
   } finally {
     await pool.end().catch(() => undefined);
   }
@@ -222,6 +240,7 @@ async function act(
   store: DeadLetterStore,
   o: Values,
   queue: string,
+  target: DlqTarget | undefined,
 ): Promise<number> {
   const amqpUrl = o['amqp-url'] ?? process.env.JOBFLEET_BROKER_URL;
   if (!amqpUrl) throw new Error('--amqp-url is required (or set JOBFLEET_BROKER_URL)');
@@ -271,21 +290,57 @@ async function act(
         }
       }
       const replayId = `cli-${randomUUID()}`;
-      p = await replay(
+      // While the incident lasts nothing is replayed (../dlq/replay-hold.ts), unless forced.
+      const gate = o.force
+        ? undefined
+        : holdGate({
+            check: async () =>
+              replayHold({
+                jobWorker: target?.jobWorker ?? queue,
+                status: await target?.status(),
+                recentDeadLetters: await store.arriving({
+                  queue,
+                  ...(s.failureClass && { failureClass: s.failureClass }),
+                  since: new Date(Date.now() - ARRIVING_WINDOW_MS),
+                }),
+                ...(s.failureClass && { failureClass: s.failureClass }),
+              }),
+            onHeld: (h) =>
+              console.error(
+                `held (${h.reason}): ${h.message} Waiting; --force replays anyway (recorded in the audit).`,
+              ),
+            onResumed: (was) => console.error(`the hold ended (${was.reason}): replaying`),
+            now: Date.now,
+            timeoutMs: positiveNumber(o['hold-timeout'], '--hold-timeout') * 1000,
+          });
+      try {
+        await gate?.();
+      } catch (err) {
+        if (!(err instanceof HoldTimeout)) throw err;
+        console.error(`${err.message} Nothing was replayed.`);
+        return 3;
+      }
+      const replayed = await replay(
         {
           selector: s,
           deadLetterQueue,
           replayId,
           initiator,
-          reason,
+          reason: o.force ? `${reason} (forced: replayed whatever the incident)` : reason,
           ratePerSecond: positiveNumber(o.rate, '--rate'),
           burst: positiveNumber(o.burst, '--burst'),
           maxCount: positiveNumber(o['max-count'], '--max-count'),
           failureThreshold: positiveNumber(o['failure-threshold'], '--failure-threshold'),
           editedPayload,
         },
-        deps,
-      );
+        { ...deps, ...(gate && { gate }) },
+      ).catch((err: unknown) => {
+        if (!(err instanceof HoldTimeout)) throw err;
+        console.error(`${err.message} The replay stopped there: run it again later.`);
+        return undefined;
+      });
+      if (!replayed) return 3;
+      p = replayed;
       if (o.wait && !p.stoppedBy) {
         const until = Date.now() + positiveNumber(o['wait-timeout'], '--wait-timeout') * 1000;
         while (p.pending > 0 && Date.now() < until) {

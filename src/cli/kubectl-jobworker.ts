@@ -183,18 +183,22 @@ async function main(argv: string[]): Promise<number> {
         return usage('dlq list|show|replay|discard NAME [options]');
       const target = await resolveJobWorker(client, namespace, name);
       if ('problem' in target) throw new Error(target.problem);
-      return runDlq([
-        sub,
-        ...passOn,
-        '--queue',
-        target.queue,
-        '--dead-letter-queue',
-        target.deadLetterQueue,
-        '--claims-url',
-        target.claimsUrl,
-        '--amqp-url',
-        target.amqpUrl,
-      ]);
+      return runDlq(
+        [
+          sub,
+          ...passOn,
+          '--queue',
+          target.queue,
+          '--dead-letter-queue',
+          target.deadLetterQueue,
+          '--claims-url',
+          target.claimsUrl,
+          '--amqp-url',
+          target.amqpUrl,
+        ],
+        // a replay holds while this JobWorker's status says the incident is on
+        { jobWorker: name, status: () => get(name).then((jw) => jw.status) },
+      );
     }
     default:
       console.error(`kubectl jobworker: unknown command "${command}"\n\n${USAGE}`);

@@ -18,6 +18,7 @@ import {
   type JobReplayStatus,
 } from '../api/jobreplay.js';
 import { replay, type ReplayProgress } from '../dlq/replay.js';
+import { holdGate } from '../dlq/replay-gate.js';
 import { ARRIVING_WINDOW_MS, replayHold, type Hold } from '../dlq/replay-hold.js';
 import { DeadLetterStore } from '../dlq/store.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
@@ -46,8 +47,6 @@ type JobReplay = KubeObject & { spec?: unknown; status?: JobReplayStatus };
 
 const iso = (d: Date) => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 /** While replaying, how often the hold is asked again; while held, how often it is asked whether it ended. */
-const HOLD_CHECK_MS = 2000;
-const HOLD_POLL_MS = 5000;
 
 export class JobReplayController {
   private readonly runs = new Map<string, { abort: AbortController; done: Promise<void> }>();
@@ -207,11 +206,7 @@ export class JobReplayController {
     }
   }
 
-  /**
-   * Resolves when the replay may go on: checks the hold at most every
-   * HOLD_CHECK_MS while replaying, and every HOLD_POLL_MS while held, writing
-   * Held (with the reason) and Running again, each with its event.
-   */
+  /** The replay's gate (../dlq/replay-gate.ts): Held and Running again in status, each with its event. */
   private holdGate(
     jr: JobReplay,
     spec: JobReplaySpec,
@@ -220,34 +215,24 @@ export class JobReplayController {
     target: Parameters<EventRecorder['emit']>[0],
     signal: AbortSignal,
   ): () => Promise<void> {
-    let checkedAt = -Infinity;
-    let held: Hold | undefined;
-    return async () => {
-      while (!signal.aborted) {
-        const now = this.now().getTime();
-        if (!held && now - checkedAt < HOLD_CHECK_MS) return;
-        checkedAt = now;
-        const hold = await this.hold(jr, spec, store, queue);
-        if (!hold) {
-          if (held) {
-            const message = `The hold ended (${held.reason}): replaying.`;
-            await this.writeStatus(jr, { phase: 'Running', heldReason: undefined, message });
-            await this.d.events.emit(target, 'Normal', 'ReplayResumed', message);
-          }
-          return;
-        }
-        if (held?.reason !== hold.reason) {
-          await this.writeStatus(jr, {
-            phase: 'Held',
-            heldReason: hold.reason,
-            message: hold.message,
-          });
-          await this.d.events.emit(target, 'Normal', 'ReplayHeld', hold.message);
-        }
-        held = hold;
-        await sleep(HOLD_POLL_MS, undefined, { signal }).catch(() => undefined); // aborted: the loop ends
-      }
-    };
+    return holdGate({
+      check: () => this.hold(jr, spec, store, queue),
+      onHeld: async (hold) => {
+        await this.writeStatus(jr, {
+          phase: 'Held',
+          heldReason: hold.reason,
+          message: hold.message,
+        });
+        await this.d.events.emit(target, 'Normal', 'ReplayHeld', hold.message);
+      },
+      onResumed: async (was) => {
+        const message = `The hold ended (${was.reason}): replaying.`;
+        await this.writeStatus(jr, { phase: 'Running', heldReason: undefined, message });
+        await this.d.events.emit(target, 'Normal', 'ReplayResumed', message);
+      },
+      now: () => this.now().getTime(),
+      signal,
+    });
   }
 
   /** The target JobWorker's status and the quarantine's recent arrivals, asked whether to hold. */
@@ -263,7 +248,7 @@ export class JobReplayController {
       jr.metadata.namespace,
       spec.jobWorker,
     );
-    const recentDeadLetters = await store.count({
+    const recentDeadLetters = await store.arriving({
       queue,
       ...(spec.selector.failureClass && { failureClass: spec.selector.failureClass }),
       since: new Date(this.now().getTime() - ARRIVING_WINDOW_MS),

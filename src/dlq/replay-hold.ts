@@ -17,7 +17,7 @@ export type HoldReason = (typeof HOLD_REASONS)[number];
 export interface HoldView {
   jobWorker: string;
   status: JobWorkerStatus | undefined;
-  /** dead letters of the replay's selection (its failure class) in the last ARRIVING_WINDOW_MS */
+  /** dead letters of the replay's failure class in the last ARRIVING_WINDOW_MS, keys never replayed (DeadLetterStore.arriving) */
   recentDeadLetters: number;
   failureClass?: string;
 }

@@ -108,6 +108,22 @@ export class DeadLetterStore {
     return rows[0]?.n ?? 0;
   }
 
+  /**
+   * Dead letters the incident still produces: quarantined ones in the
+   * selection whose key was never replayed. A replayed job that fails again
+   * is the replay's own result (its failure threshold judges those), not a
+   * sign that first attempts still fail.
+   */
+  async arriving(s: Selector): Promise<number> {
+    const w = whereClause(s);
+    const { rows } = await this.db.query<{ n: number }>(
+      `select count(*)::int as n from jobfleet_dead_letters d where ${w.sql}
+         and not exists (select 1 from jobfleet_dead_letters r where r.key = d.key and r.status = 'replayed')`,
+      w.params,
+    );
+    return rows[0]?.n ?? 0;
+  }
+
   async get(id: number): Promise<DeadLetterRow | undefined> {
     const { rows } = await this.db.query<DeadLetterRow>(
       'select * from jobfleet_dead_letters where id = $1',

@@ -55,6 +55,15 @@ async function listed(): Promise<Array<Record<string, unknown>>> {
   return (JSON.parse(r.stdout) as { rows: Array<Record<string, unknown>> }).rows;
 }
 
+/**
+ * The incident is over: no dead letter arrived within the hold's window, so a
+ * replay goes ahead (while failures still arrive it waits: the last test).
+ */
+const incidentOver = () =>
+  h.db.pool.query(
+    `update jobfleet_dead_letters set dead_lettered_at = now() - interval '3 minutes'`,
+  );
+
 /** verify right after a replay, with the DLQ check through the management API (whose counts are sampled) */
 async function verifyExit(): Promise<number | null> {
   const r = await jobfleet([
@@ -90,6 +99,7 @@ describe('jobfleet dlq', () => {
     ]);
     expect(await h.effects(key)).toBe(0);
 
+    await incidentOver();
     broken.delete('o-1'); // the fix is deployed
     const id = String(rows[0]!.id);
     const r = await jobfleet([
@@ -138,6 +148,7 @@ describe('jobfleet dlq', () => {
     await eventually('the corrected copy to complete', async () =>
       (await h.claim(key))?.state === 'completed' ? true : undefined,
     );
+    await incidentOver();
     const r = await jobfleet([
       'dlq',
       'replay',
@@ -188,6 +199,7 @@ describe('jobfleet dlq', () => {
     }
     expect(await listed()).toHaveLength(1); // untouched
 
+    await incidentOver();
     const r = await jobfleet([
       'dlq',
       'replay',
@@ -228,6 +240,7 @@ describe('jobfleet dlq', () => {
     await worker();
     for (const o of orders) await h.job(o);
     await deadLetters(12);
+    await incidentOver();
     for (const o of orders) broken.delete(o);
     const r = await jobfleet([
       'dlq',
@@ -267,6 +280,7 @@ describe('jobfleet dlq', () => {
     await worker();
     for (const o of orders) await h.job(o);
     await deadLetters(10);
+    await incidentOver();
     const r = await jobfleet([
       'dlq',
       'replay',
@@ -295,6 +309,37 @@ describe('jobfleet dlq', () => {
     expect(by.replayed).toBeLessThan(10); // the rest stay quarantined
     expect(by.quarantined).toBe(10 - by.replayed!);
     expect(await h.effects()).toBe(0);
+  });
+
+  it('waits while failures still arrive (nothing replayed) and gives up after --hold-timeout; --force replays, audited as forced', async () => {
+    broken.add('h-1');
+    await worker();
+    const { key } = await h.job('h-1');
+    await deadLetters(1);
+    broken.delete('h-1'); // fixed, maybe: the dead letter is seconds old
+    const args = [...conn(), '--class', 'permanent', '--reason', 'carrier says fixed'];
+    const held = await jobfleet(['dlq', 'replay', ...args, '--hold-timeout', '1']);
+    expect(held.stderr).toMatch(
+      /held \(FailuresStillArriving\): 1 dead letters of class permanent arrived in the last 2 minutes/,
+    );
+    expect(held.stderr).toContain('Nothing was replayed.');
+    expect(held.code).toBe(3);
+    const audited = async () =>
+      (
+        await h.db.pool.query<{ reason: string }>(
+          "select reason from jobfleet_dead_letter_audit where action = 'replayed'",
+        )
+      ).rows.map((r) => r.reason);
+    expect(await audited()).toEqual([]);
+    expect(await h.effects(key)).toBe(0);
+
+    const forced = await jobfleet(['dlq', 'replay', ...args, '--force', '--wait']);
+    expect(forced.stderr).toBe('');
+    expect(forced.code).toBe(0);
+    expect(await audited()).toEqual([
+      'carrier says fixed (forced: replayed whatever the incident)',
+    ]);
+    expect(await h.effects(key)).toBe(1);
   });
 
   it('discard needs a reason and is recorded; the DLQ copy goes', async () => {
