@@ -21,7 +21,12 @@ export interface HoldGateDeps {
   signal?: AbortSignal;
   /** while held longer than this, the gate throws HoldTimeout */
   timeoutMs?: number;
+  /** waits between two checks while held (a fake clock's in tests) */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
 }
+
+const realSleep = (ms: number, signal?: AbortSignal) =>
+  sleep(ms, undefined, signal && { signal }).catch(() => undefined); // aborted: the loop ends
 
 export class HoldTimeout extends Error {
   constructor(readonly hold: Hold) {
@@ -49,7 +54,7 @@ export function holdGate(d: HoldGateDeps): () => Promise<void> {
         held = { hold, since: held?.since ?? now };
       }
       if (d.timeoutMs !== undefined && now - held.since >= d.timeoutMs) throw new HoldTimeout(hold);
-      await sleep(HOLD_POLL_MS, undefined, d.signal && { signal: d.signal }).catch(() => undefined);
+      await (d.sleep ?? realSleep)(HOLD_POLL_MS, d.signal);
     }
   };
 }
