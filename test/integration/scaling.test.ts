@@ -408,6 +408,13 @@ describe('capacity from the workers', () => {
     const completed = async () =>
       (await db.pool.query<{ n: number }>('select count(*)::int as n from effects')).rows[0]!.n;
     try {
+      // The operator watches throughout, as it would: the backlog, then the queue emptied.
+      await secrets();
+      await jobWorker(
+        queue,
+        { minReplicas: 1, maxReplicas: 10, targetOldestAgeSeconds: 30, prometheusUrl: prom.url },
+        { prefetch, idempotencyKey: 'order:{orderId}:ship' },
+      );
       // The truth: what the two workers complete per second while a backlog keeps every slot busy,
       // over 20 s (about 2,400 jobs: the mean of a σ 1 lognormal within a few per cent).
       await send(3600);
@@ -425,12 +432,6 @@ describe('capacity from the workers', () => {
         60_000,
       );
 
-      await secrets();
-      await jobWorker(
-        queue,
-        { minReplicas: 1, maxReplicas: 10, targetOldestAgeSeconds: 30, prometheusUrl: prom.url },
-        { prefetch, idempotencyKey: 'order:{orderId}:ship' },
-      );
       // The queue stays empty: a trickle of 10 jobs/s, a tenth of what the two workers can do.
       const seen: Array<{ capacity: number; source: string; depth: number }> = [];
       const until = Date.now() + 40_000;
