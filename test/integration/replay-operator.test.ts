@@ -308,7 +308,7 @@ describe('the quarantine, seen by the operator', () => {
     for (let i = 0; i < 10; i++) expect(await h.effects(`order:r-${i}:ship`)).toBe(1);
   }, 240_000);
 
-  it('kubectl jobworker dlq: the real kubectl finds the plugin, which resolves the JobWorker and its Secrets', async () => {
+  it('kubectl jobworker dlq: the real kubectl finds the plugin, which resolves the JobWorker and its Secrets; its replay holds while the JobWorker is paused', async () => {
     await h.startWorker({
       handlers: { ship: () => Promise.reject(new Permanent('rejected for good')) },
     });
@@ -335,6 +335,41 @@ describe('the quarantine, seen by the operator', () => {
     const missing = await kubectl('jobworker', 'dlq', 'list', 'nobody', '-n', ns.namespace);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain(`JobWorker ${ns.namespace}/nobody does not exist`);
+
+    // A replay through the plugin holds on the JobWorker's status too: here, paused.
+    await h.db.pool.query(
+      `update jobfleet_dead_letters set dead_lettered_at = now() - interval '3 minutes'`,
+    );
+    const pause = await kubectl(
+      'jobworker',
+      'pause',
+      'shipper',
+      '-n',
+      ns.namespace,
+      '--reason',
+      'INC-11',
+    );
+    expect(pause.code, pause.stderr).toBe(0);
+    await eventually('the JobWorker Paused', async () =>
+      (await get('JobWorker', 'shipper')).status?.phase === 'Paused' ? true : undefined,
+    );
+    const held = await kubectl(
+      'jobworker',
+      'dlq',
+      'replay',
+      'shipper',
+      '-n',
+      ns.namespace,
+      '--class',
+      'permanent',
+      '--reason',
+      'retry',
+      '--hold-timeout',
+      '1',
+    );
+    expect(held.stderr).toContain('held (TargetPaused): JobWorker shipper is paused');
+    expect(held.code).toBe(3);
+    expect((await h.db.pool.query('select 1 from jobfleet_dead_letter_audit')).rowCount).toBe(0);
   });
 
   it('a JobReplay naming a missing JobWorker waits in Pending and says what to fix', async () => {
