@@ -8,6 +8,7 @@
 // than the rest of the operator (./kubeconfig.ts says how much).
 import https from 'node:https';
 import http from 'node:http';
+import http2 from 'node:http2';
 import { KubeAccess, type KubeAccessLike } from './kubeconfig.js';
 
 export interface KubeObject {
@@ -119,12 +120,40 @@ export interface KubeClientObserver {
   connection?(purpose: ConnectionPurpose): void;
 }
 
+/** TLS options a request's credentials set, whether on the options or on a per-call agent. */
+const TLS_KEYS = [
+  'ca',
+  'cert',
+  'key',
+  'pfx',
+  'passphrase',
+  'rejectUnauthorized',
+  'servername',
+] as const;
+
+/** One HTTP/2 connection to the apiserver and the streams open on it. */
+interface Session {
+  h2: http2.ClientHttp2Session;
+  /** the client certificate it was opened with (exec credentials may rotate it) */
+  cert: unknown;
+  key: unknown;
+  streams: number;
+}
+
 export class KubeClient {
   private readonly server: URL;
   /**
-   * Keep-alive agents, so that API calls reuse connections instead of paying
-   * a TCP+TLS handshake on both sides each: one for requests, one for watches
-   * (each holds its connection for as long as it runs). client-node's
+   * API calls share one HTTP/2 connection (the apiserver speaks h2 over
+   * TLS): every reconcile's requests are streams on it, so a thousand
+   * JobWorkers cost one TCP+TLS handshake, not one per concurrent call.
+   * Watches keep HTTP/1.1 connections of their own (a long-lived stream each,
+   * whose end must not touch the others).
+   */
+  private session: Session | undefined;
+  /**
+   * Keep-alive HTTP/1.1 agents: for watches (each holds its connection for
+   * as long as it runs), and for requests to a plain-http server (tests'
+   * fakes; an https apiserver gets them over `session`). client-node's
    * applyToHTTPSOptions, which tests may still pass in, builds a new
    * https.Agent per call: its TLS options are taken once, here, and its
    * agent replaced. Credentials are applied per request: tokens and exec
@@ -202,6 +231,36 @@ export class KubeClient {
     return this.server.protocol === 'https:' ? https : http;
   }
 
+  /** The HTTP/2 session for these TLS options: the open one, or a new one (counted as a connection). */
+  private h2(opts: https.RequestOptions): Session {
+    const agentTls = ((opts.agent as https.Agent | undefined)?.options ?? {}) as Record<
+      string,
+      unknown
+    >;
+    const tls: Record<string, unknown> = {};
+    for (const k of TLS_KEYS) {
+      const v = (opts as Record<string, unknown>)[k] ?? agentTls[k];
+      if (v !== undefined) tls[k] = v;
+    }
+    const cur = this.session;
+    if (cur && !cur.h2.closed && !cur.h2.destroyed && cur.cert === tls.cert && cur.key === tls.key)
+      return cur;
+    if (cur && cur.streams === 0) cur.h2.close();
+    for (const o of this.observers) o.connection?.('requests');
+    const h2 = http2.connect(this.server.origin, tls);
+    const session: Session = { h2, cert: tls.cert, key: tls.key, streams: 0 };
+    // A connection that fails fails its streams, which report it; this only keeps it from crashing the process.
+    h2.on('error', () => undefined);
+    const forget = () => {
+      if (this.session === session) this.session = undefined;
+    };
+    h2.on('close', forget);
+    h2.on('goaway', forget);
+    h2.unref(); // an idle connection keeps no process alive; open streams ref it
+    this.session = session;
+    return session;
+  }
+
   async request<T = unknown>(
     method: string,
     path: string,
@@ -216,6 +275,8 @@ export class KubeClient {
     );
     const payload =
       body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
+    if (this.server.protocol === 'https:')
+      return this.requestH2<T>(method, path, opts, payload, signal);
     const lib = this.lib;
     return new Promise<T>((resolve, reject) => {
       const req = lib.request(opts, (res) => {
@@ -235,6 +296,73 @@ export class KubeClient {
       if (signal) untilClosed(req, signal, () => req.destroy(signal.reason as Error));
       if (payload !== undefined) req.write(payload);
       req.end();
+    });
+  }
+
+  private requestH2<T>(
+    method: string,
+    path: string,
+    opts: https.RequestOptions,
+    payload: string | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<T> {
+    const session = this.h2(opts);
+    const headers: http2.OutgoingHttpHeaders = {
+      ...(opts.headers as http.OutgoingHttpHeaders),
+      ':method': method,
+      ':path': opts.path as string,
+    };
+    delete headers.host;
+    delete headers.connection;
+    return new Promise<T>((resolve, reject) => {
+      let settled = false;
+      const fail = (err: unknown) => {
+        if (settled) return;
+        settled = true;
+        reject(err instanceof Error ? err : new Error(String(err)));
+      };
+      const stream = session.h2.request(headers, { endStream: payload === undefined });
+      session.streams++;
+      session.h2.ref();
+      let status = 0;
+      const chunks: Buffer[] = [];
+      stream.on('response', (h) => {
+        status = Number(h[':status'] ?? 0);
+      });
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('end', () => {
+        if (settled) return;
+        settled = true;
+        const parsed = parseBody(Buffer.concat(chunks).toString('utf8'));
+        this.requested(method, path, status);
+        if (status >= 200 && status < 300) resolve(parsed as T);
+        else reject(apiError(status, parsed, `${method} ${path}`));
+      });
+      stream.on('error', fail);
+      stream.on('close', () => {
+        if (--session.streams === 0) session.h2.unref();
+        fail(
+          new Error(
+            `${method} ${path}: the stream closed before its response (code ${stream.rstCode})`,
+          ),
+        );
+      });
+      stream.setTimeout(30_000, () => {
+        fail(new Error(`${method} ${path}: timed out`));
+        stream.close(http2.constants.NGHTTP2_CANCEL);
+      });
+      if (signal) {
+        const abort = () => {
+          fail(signal.reason);
+          stream.close(http2.constants.NGHTTP2_CANCEL);
+        };
+        if (signal.aborted) abort();
+        else {
+          signal.addEventListener('abort', abort, { once: true });
+          stream.once('close', () => signal.removeEventListener('abort', abort));
+        }
+      }
+      if (payload !== undefined) stream.end(payload);
     });
   }
 
