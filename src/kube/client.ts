@@ -340,7 +340,10 @@ export class KubeClient {
       });
       stream.on('error', fail);
       stream.on('close', () => {
-        if (--session.streams === 0) session.h2.unref();
+        if (--session.streams === 0) {
+          session.h2.unref();
+          if (this.session !== session) session.h2.close(); // replaced (a rotated certificate): done with it
+        }
         fail(
           new Error(
             `${method} ${path}: the stream closed before its response (code ${stream.rstCode})`,
