@@ -219,9 +219,9 @@ describe('the quarantine, seen by the operator', () => {
     await eventually('the JobWorker settled', async () =>
       (await get('JobWorker', 'shipper')).status?.phase === 'Healthy' ? true : undefined,
     );
-    // The failures are minutes old at most: the incident may still be on. Slow enough (40 s for
+    // The failures are minutes old at most: the incident may still be on. Slow enough (100 s for
     // the ten) that the queue backs up below while most are still to replay, on a loaded machine too.
-    await replayAfterFix(0.25, 'carrier fixed the rejection (INC-10)');
+    await replayAfterFix(0.1, 'carrier fixed the rejection (INC-10)');
     const jr = () => get('JobReplay', 'after-fix');
     const held = await eventually('Held while the failures still arrive', async () => {
       const x = await jr();
@@ -270,11 +270,15 @@ describe('the quarantine, seen by the operator', () => {
       'Held while the oldest message is past the objective',
       async () => {
         const x = await jr();
-        return x.status?.phase === 'Held' && x.status.heldReason === 'AgeOverObjective'
-          ? x
-          : undefined;
+        if (x.status?.phase === 'Held' && x.status.heldReason === 'AgeOverObjective') return x;
+        // what it is instead, for the timeout's message
+        const w = await get('JobWorker', 'shipper');
+        const age = condition(w, 'AgeObjectiveMet');
+        throw new Error(
+          `JobReplay ${x.status?.phase}/${x.status?.heldReason} replayed ${x.status?.replayed}; JobWorker ${w.status?.phase}, AgeObjectiveMet ${age?.status} (${age?.message})`,
+        );
       },
-      35_000,
+      70_000,
       50,
     );
     const heldAt = new Date();
