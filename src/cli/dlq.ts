@@ -9,8 +9,7 @@ import amqp from 'amqplib';
 import pg from 'pg';
 import type { JobWorkerStatus } from '../api/jobworker.js';
 import { discard, replay, ReplayRefused, type ReplayProgress } from '../dlq/replay.js';
-import { holdGate, HoldTimeout } from '../dlq/replay-gate.js';
-import { ARRIVING_WINDOW_MS, replayHold } from '../dlq/replay-hold.js';
+import { askHold, holdGate, HoldTimeout } from '../dlq/replay-gate.js';
 import { DeadLetterStore, type DeadLetterRow, type Selector } from '../dlq/store.js';
 import { ClaimStore } from '../../worker/claim-store.js';
 import { redactUrl } from './verify.js';
@@ -295,15 +294,12 @@ async function act(
         ? undefined
         : holdGate({
             check: async () =>
-              replayHold({
+              askHold(store, {
                 jobWorker: target?.jobWorker ?? queue,
+                queue,
+                failureClass: s.failureClass,
                 status: await target?.status(),
-                recentDeadLetters: await store.arriving({
-                  queue,
-                  ...(s.failureClass && { failureClass: s.failureClass }),
-                  since: new Date(Date.now() - ARRIVING_WINDOW_MS),
-                }),
-                ...(s.failureClass && { failureClass: s.failureClass }),
+                now: Date.now(),
               }),
             onHeld: (h) =>
               console.error(

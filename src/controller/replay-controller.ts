@@ -18,8 +18,8 @@ import {
   type JobReplayStatus,
 } from '../api/jobreplay.js';
 import { replay, type ReplayProgress } from '../dlq/replay.js';
-import { holdGate } from '../dlq/replay-gate.js';
-import { ARRIVING_WINDOW_MS, replayHold, type Hold } from '../dlq/replay-hold.js';
+import { askHold, holdGate } from '../dlq/replay-gate.js';
+import type { Hold } from '../dlq/replay-hold.js';
 import { DeadLetterStore } from '../dlq/store.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder } from '../kube/events.js';
@@ -248,16 +248,12 @@ export class JobReplayController {
       jr.metadata.namespace,
       spec.jobWorker,
     );
-    const recentDeadLetters = await store.arriving({
-      queue,
-      ...(spec.selector.failureClass && { failureClass: spec.selector.failureClass }),
-      since: new Date(this.now().getTime() - ARRIVING_WINDOW_MS),
-    });
-    return replayHold({
+    return askHold(store, {
       jobWorker: spec.jobWorker,
+      queue,
+      failureClass: spec.selector.failureClass,
       status: jw?.status,
-      recentDeadLetters,
-      ...(spec.selector.failureClass && { failureClass: spec.selector.failureClass }),
+      now: this.now().getTime(),
     });
   }
 

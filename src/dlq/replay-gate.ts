@@ -4,7 +4,9 @@
 // when a hold starts, changes reason or ends. The JobReplay controller writes
 // that to status and events; `jobfleet dlq replay` prints it.
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Hold } from './replay-hold.js';
+import type { JobWorkerStatus } from '../api/jobworker.js';
+import { ARRIVING_WINDOW_MS, replayHold, type Hold } from './replay-hold.js';
+import type { DeadLetterStore } from './store.js';
 
 export const HOLD_CHECK_MS = 2000;
 export const HOLD_POLL_MS = 5000;
@@ -57,4 +59,31 @@ export function holdGate(d: HoldGateDeps): () => Promise<void> {
       await (d.sleep ?? realSleep)(HOLD_POLL_MS, d.signal);
     }
   };
+}
+
+/**
+ * The hold now, for a replay of `queue`'s dead letters of `failureClass`:
+ * the target JobWorker's status (when known) and what still arrives.
+ */
+export async function askHold(
+  store: Pick<DeadLetterStore, 'arriving'>,
+  t: {
+    jobWorker: string;
+    queue: string;
+    failureClass?: string | undefined;
+    status: JobWorkerStatus | undefined;
+    now: number;
+  },
+): Promise<Hold | undefined> {
+  const failureClass = t.failureClass ? { failureClass: t.failureClass } : {};
+  return replayHold({
+    jobWorker: t.jobWorker,
+    status: t.status,
+    recentDeadLetters: await store.arriving({
+      queue: t.queue,
+      ...failureClass,
+      since: new Date(t.now - ARRIVING_WINDOW_MS),
+    }),
+    ...failureClass,
+  });
 }

@@ -223,7 +223,9 @@ export class KubeClient {
       headers: { accept: 'application/json', ...headers },
     };
     await this.kc.applyToHTTPSOptions(opts);
-    opts.agent = this.agent(purpose, opts.agent as http.Agent | undefined);
+    // HTTP/2 requests take their TLS options from here (h2()); the rest go through an agent
+    if (purpose === 'watches' || this.server.protocol !== 'https:')
+      opts.agent = this.agent(purpose, opts.agent as http.Agent | undefined);
     return opts;
   }
 
