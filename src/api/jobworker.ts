@@ -77,6 +77,117 @@ const podTemplate = z
   })
   .describe('Merged into the generated pod');
 
+/** One step of the Cohort strategy: the cohort's size, and how long it is watched. */
+const cohortStep = z
+  .object({
+    cohort: z
+      .object({
+        replicas: z
+          .number()
+          .int()
+          .min(1)
+          .max(10_000)
+          .optional()
+          .describe('Replicas of the new revision (at most the fleet’s total)'),
+        percent: z
+          .number()
+          .int()
+          .min(1)
+          .max(100)
+          .optional()
+          .describe(
+            'Share of the fleet’s replicas running the new revision, rounded up (at least 1)',
+          ),
+        prefetch: z
+          .number()
+          .int()
+          .min(1)
+          .max(1000)
+          .optional()
+          .describe(
+            'Deliveries in flight per cohort replica, at most spec.broker.prefetch (default: spec.broker.prefetch)',
+          ),
+      })
+      .meta(
+        cel([
+          {
+            rule: 'has(self.replicas) != has(self.percent)',
+            message: 'set exactly one of replicas or percent',
+          },
+        ]),
+      )
+      .describe('The cohort at this step: replicas or percent, and optionally a lower prefetch'),
+    analysisSeconds: z
+      .number()
+      .int()
+      .min(0)
+      .max(86_400)
+      .optional()
+      .describe(
+        'How long this step is watched before the next (default spec.rollout.analysisSeconds); 0 moves on once the cohort is ready',
+      ),
+  })
+  .describe('A cohort size, then a watch');
+
+/**
+ * Thresholds of a cohort step's analysis: each compares the cohort with the
+ * stable revision over the same window, from the workers' own figures.
+ */
+const cohortChecks = z
+  .object({
+    minJobs: z
+      .number()
+      .int()
+      .min(1)
+      .max(1_000_000)
+      .default(20)
+      .describe(
+        'Deliveries the cohort must handle in a step before its ratios are judged; fewer at the end of the window and the step waits (promote to skip)',
+      ),
+    maxDeadLetterRatioIncrease: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(0.02)
+      .describe(
+        'Dead-lettered per handled delivery: the cohort’s may exceed the stable revision’s by at most this',
+      ),
+    maxRetryRatioIncrease: z
+      .number()
+      .min(0)
+      .max(100)
+      .default(0.1)
+      .describe(
+        'Retries (transient failures and throttling) per handled delivery: the cohort’s may exceed the stable’s by at most this',
+      ),
+    maxDuplicateRatioIncrease: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(0.05)
+      .describe(
+        'Duplicate suppressions and claim conflicts per handled delivery: the cohort’s may exceed the stable’s by at most this',
+      ),
+    maxLatencyP95Ratio: z
+      .number()
+      .min(1)
+      .max(1000)
+      .default(2)
+      .describe(
+        'Handler latency p95: the cohort’s may be at most this many times the stable’s (or its bucket above, whichever is higher)',
+      ),
+    maxRestarts: z
+      .number()
+      .int()
+      .min(1)
+      .max(1000)
+      .default(3)
+      .describe('Container restarts of any cohort pod that abort the rollout (a crash loop)'),
+  })
+  .describe(
+    'The Cohort strategy’s checks: queue age is also watched, as for autoRollback (past the objective and rising)',
+  );
+
 export const jobWorkerSpec = z
   .object({
     paused: z
@@ -337,10 +448,31 @@ export const jobWorkerSpec = z
           .max(100)
           .default(10)
           .describe('Revisions kept in status.history'),
+        strategy: z
+          .enum(['Fleet', 'Cohort'])
+          .default('Fleet')
+          .describe(
+            'Fleet: a new revision rolls over the whole Deployment (watched by autoRollback). Cohort: it starts as a small worker cohort beside the stable revision, both consuming the queue, and grows through `steps` while each step’s analysis (cohort against stable) passes',
+          ),
+        steps: z
+          .array(cohortStep)
+          .min(1)
+          .max(20)
+          .optional()
+          .describe(
+            'The Cohort strategy’s steps, in order. Default: 1 replica at half the prefetch, then 50%, then 100%, each watched for analysisSeconds',
+          ),
+        cohortChecks: cohortChecks.optional(),
       })
-      .default({ autoRollback: true, analysisSeconds: 300, verifySeconds: 120, historyLimit: 10 })
+      .default({
+        autoRollback: true,
+        analysisSeconds: 300,
+        verifySeconds: 120,
+        historyLimit: 10,
+        strategy: 'Fleet',
+      })
       .describe(
-        'Rollouts and rollbacks: the drain-first order and automatic rollback on rising age',
+        'Rollouts and rollbacks: the drain-first order, automatic rollback on rising age, and the Cohort strategy',
       ),
     deadLetter: z
       .object({
@@ -364,6 +496,12 @@ export const jobWorkerSpec = z
   );
 
 export type JobWorkerSpec = z.output<typeof jobWorkerSpec>;
+export type CohortChecks = z.output<typeof cohortChecks>;
+export type CohortStep = z.output<typeof cohortStep>;
+
+/** The Cohort strategy's checks, with the defaults for those not set. */
+export const checksOf = (spec: JobWorkerSpec): CohortChecks =>
+  spec.rollout.cohortChecks ?? cohortChecks.parse({});
 export type JobWorkerSpecInput = z.input<typeof jobWorkerSpec>;
 
 export const conditionSchema = z.object({
@@ -404,6 +542,27 @@ export const PHASES = [
   'Paused',
 ] as const;
 export type Phase = (typeof PHASES)[number];
+
+const count = z.number().int().min(0);
+/** One revision's worker figures over a cohort step's window (deltas of the workers' counters). */
+const revisionFigures = z.object({
+  handled: count.describe('Deliveries that reached an outcome'),
+  completed: count.describe('Completed'),
+  deadLettered: count.describe('Dead-lettered'),
+  retried: count.describe('Retries scheduled'),
+  duplicates: count.describe('Duplicates suppressed and claim conflicts'),
+  deadLettersByClass: z
+    .record(z.string(), count)
+    .optional()
+    .describe('Dead-lettered, by failure class'),
+  latencyBuckets: z
+    .array(count)
+    .optional()
+    .describe('Handler runs per latency bucket (jobfleet_handler_duration_seconds)'),
+  restarts: count.describe('Most restarts of one pod'),
+  pods: count.describe('Pods read'),
+});
+export type RevisionFigures = z.infer<typeof revisionFigures>;
 
 export const jobWorkerStatus = z
   .object({
@@ -603,6 +762,64 @@ export const jobWorkerStatus = z
       })
       .optional()
       .describe('The new revision under watch for automatic rollback'),
+    cohort: z
+      .object({
+        revision: z.string().describe('The new revision, running as the cohort'),
+        stable: z.string().describe('The revision the rest of the fleet runs'),
+        phase: z
+          .enum(['Analyzing', 'Waiting', 'Aborting', 'Promoting'])
+          .describe(
+            'Analyzing a step; Waiting for enough jobs to judge; Aborting (draining the cohort first); Promoting (the stable Deployment moves to the revision)',
+          ),
+        step: z.number().int().describe('The current step, from 1'),
+        steps: z.number().int().describe('How many steps there are'),
+        replicas: z.number().int().describe('Cohort replicas at this step'),
+        stableReplicas: z.number().int().describe('Stable replicas beside them'),
+        stepStartedAt: z
+          .string()
+          .describe('When the step (or the abort, or the promotion) started'),
+        analysisUntil: z
+          .string()
+          .optional()
+          .describe('When the step’s window ends, once its cohort is ready'),
+        overObjectiveSince: z
+          .string()
+          .optional()
+          .describe('Since when queue age has been past the objective and above its start'),
+        ageAtStart: z.number().optional().describe('Queue age when the step started'),
+        figures: z
+          .object({
+            since: z.string().describe('Start of the window the figures cover'),
+            at: z.string().describe('When they were last read'),
+            cohort: revisionFigures.describe('The cohort’s figures over the window'),
+            stable: revisionFigures.describe('The stable revision’s, over the same window'),
+          })
+          .optional()
+          .describe('Cohort and stable figures over the step’s window, from the workers'),
+        drainDeadline: z
+          .string()
+          .optional()
+          .describe('Aborting: when the cohort’s drain ends whatever still runs'),
+        reason: z.string().optional().describe('Aborting: which check failed, with the figures'),
+        check: z
+          .string()
+          .optional()
+          .describe('Aborting: the check that failed (Age, DeadLetters, …), or Manual'),
+        message: z.string().optional().describe('What the step is waiting for, in words'),
+      })
+      .optional()
+      .describe('A Cohort rollout in progress: an operator restart resumes it here'),
+    lastCohort: z
+      .object({
+        revision: z.string().describe('The revision the cohort ran'),
+        stable: z.string().describe('The stable revision beside it'),
+        result: z.enum(['Promoted', 'Aborted']).describe('Promoted, or Aborted'),
+        check: z.string().optional().describe('Aborted: the check that failed, or Manual'),
+        message: z.string().describe('What happened, with the figures'),
+        finishedAt: z.string().describe('When it ended'),
+      })
+      .optional()
+      .describe('How the last Cohort rollout ended'),
     abortedRevision: z
       .string()
       .optional()

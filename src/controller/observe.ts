@@ -6,7 +6,7 @@
 import { API_VERSION, KIND, parseSpec, type JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { OperatorMetrics } from '../metrics.js';
-import { envProblems } from '../reconcile/desired.js';
+import { cohortDeploymentName, envProblems } from '../reconcile/desired.js';
 import type { CapacityReading } from '../reconcile/capacity.js';
 import type { Observation, Problem, QueueObservation } from '../reconcile/observation.js';
 import type { DeadLetterInput } from '../reconcile/status.js';
@@ -104,6 +104,10 @@ export class Observer {
     const deployment = cache
       ? cache('Deployment', namespace, name)
       : await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, name);
+    const cohortName = cohortDeploymentName(name);
+    const cohortDeployment = cache
+      ? cache('Deployment', namespace, cohortName)
+      : await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, cohortName);
     const polling = !!secrets.values.get('spec.broker.managementUrlSecretRef');
     const queue =
       spec && problems.length === 0
@@ -119,6 +123,7 @@ export class Observer {
       problems,
       secrets: secrets.values,
       deployment,
+      ...(cohortDeployment && { cohortDeployment }),
       ...(queue && { queue }),
       polling,
       ...(deadLetters && { deadLetters }),

@@ -11,7 +11,7 @@ import type { Observation } from '../reconcile/observation.js';
 import type { PlanAnswers, PlanNeed } from '../reconcile/plan.js';
 import type { PodFacts } from '../reconcile/rollout-plan.js';
 import { readWorkerReports } from '../signals/worker-readiness.js';
-import { readPodLoad } from '../signals/worker-metrics.js';
+import { readCohortSamples, readPodLoad } from '../signals/worker-metrics.js';
 import { fetchSeenSchemaVersions } from '../signals/prometheus.js';
 import { fetchQueuedTotal } from '../signals/rabbitmq.js';
 import { managementApi } from './observe.js';
@@ -68,6 +68,12 @@ export async function answerNeed(
       return;
     case 'podLoad':
       answers.podLoad = await readPodLoad(reads.client, namespace, name).catch(() => undefined);
+      return;
+    case 'cohortSamples':
+      // Unreadable: no samples this time; the figures wait for the next read.
+      answers.cohortSamples = await readCohortSamples(reads.client, namespace, name).catch(
+        () => [],
+      );
       return;
   }
 }

@@ -10,7 +10,7 @@ import { API_VERSION, KIND, LIMITED_BY, type JobWorkerStatus } from '../api/jobw
 import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder, type EventTarget } from '../kube/events.js';
 import type { OperatorMetrics } from '../metrics.js';
-import { FIELD_MANAGER } from '../reconcile/desired.js';
+import { cohortDeploymentName, FIELD_MANAGER } from '../reconcile/desired.js';
 import type { Observation } from '../reconcile/observation.js';
 import {
   planJobWorker,
@@ -160,14 +160,28 @@ export class JobWorkerReconciler {
       // The idlest pods marked before the replicas go down (./scale-down.ts): the
       // ReplicaSet picks its victims when the Deployment's replicas change.
       for (const w of plan.podCosts ?? []) await this.markPod(namespace, w.pod, w.cost);
-      const deployment = plan.children.find((c) => c.kind === 'Deployment');
+      const deployment = plan.children.find(
+        (c) => c.kind === 'Deployment' && c.metadata.name === name,
+      );
       if (deployment) {
         const applied = await this.ensure(deployment, obs.deployment, fresh);
         created = fresh && applied !== undefined;
         deploymentWritten = applied !== undefined;
       }
-      for (const child of plan.children)
-        if (child !== deployment) await this.ensure(child, undefined, fresh);
+      for (const child of plan.children) {
+        if (child === deployment) continue;
+        // A Cohort rollout's Deployment is watched too: its cache entry, or absent.
+        const cohort = child.kind === 'Deployment';
+        await this.ensure(
+          child,
+          cohort ? obs.cohortDeployment : undefined,
+          cohort ? !obs.cohortDeployment : fresh,
+        );
+      }
+      for (const r of plan.remove) {
+        this.d.metrics.apiWrites.inc({ kind: r.kind });
+        await this.d.client.delete(r.apiVersion, r.kind, namespace, r.name);
+      }
       for (const record of plan.prune)
         await this.d.client.delete('apps/v1', 'ControllerRevision', namespace, record);
     } catch (err) {
@@ -349,7 +363,11 @@ export class JobWorkerReconciler {
       g.remove(labels);
     for (const reason of LIMITED_BY) m.limitedBy.remove({ ...labels, reason });
     for (const k of [...this.verified.keys()])
-      if (k.endsWith(`/${namespace}/${name}`) || k.endsWith(`/${namespace}/${name}-metrics`))
+      if (
+        k.endsWith(`/${namespace}/${name}`) ||
+        k.endsWith(`/${namespace}/${name}-metrics`) ||
+        k.endsWith(`/${namespace}/${cohortDeploymentName(name)}`)
+      )
         this.verified.delete(k);
   }
 }

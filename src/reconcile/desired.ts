@@ -14,6 +14,11 @@ export const TERMINATION_MARGIN_SECONDS = 15;
 
 export const LABEL_JOBWORKER = 'jobfleet.dev/jobworker';
 export const LABEL_REVISION = 'jobfleet.dev/revision';
+/** On a Cohort rollout's Deployment and its pods (./cohort.ts). */
+export const LABEL_COHORT = 'jobfleet.dev/cohort';
+
+/** The Cohort strategy's Deployment, beside the stable one (named after the JobWorker). */
+export const cohortDeploymentName = (jobWorker: string) => `${jobWorker}-cohort`;
 export const ANNOTATION_TEMPLATE_HASH = 'jobfleet.dev/template-hash';
 export const ANNOTATION_CONTRACT_HASH = 'jobfleet.dev/contract-hash';
 
@@ -255,6 +260,40 @@ export function desiredDeployment(jw: JobWorker, revision: string, replicas: num
       strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: '25%', maxUnavailable: 0 } },
       revisionHistoryLimit: jw.spec.rollout.historyLimit,
       template: podTemplate(jw, revision),
+    },
+  };
+}
+
+/**
+ * A Cohort rollout's Deployment: the new revision's template, with the
+ * cohort label (its own selector, so the two Deployments' ReplicaSets never
+ * claim each other's pods) and the step's prefetch. The pods keep the
+ * JobWorker's label, so the metrics Service, the PDB and the pod reads see
+ * the whole fleet.
+ */
+export function desiredCohortDeployment(
+  jw: JobWorker,
+  revision: string,
+  replicas: number,
+  prefetch: number,
+): KubeObject {
+  const cohortJw = { ...jw, spec: { ...jw.spec, broker: { ...jw.spec.broker, prefetch } } };
+  const d = desiredDeployment(cohortJw, revision, replicas);
+  const template = podTemplate(cohortJw, revision) as {
+    metadata: { labels: Record<string, string> };
+  };
+  template.metadata.labels[LABEL_COHORT] = 'true';
+  return {
+    ...d,
+    metadata: {
+      ...d.metadata,
+      name: cohortDeploymentName(jw.metadata.name),
+      labels: { ...d.metadata.labels, [LABEL_COHORT]: 'true' },
+    },
+    spec: {
+      ...(d.spec as object),
+      selector: { matchLabels: { ...selectorLabels(jw), [LABEL_COHORT]: 'true' } },
+      template,
     },
   };
 }

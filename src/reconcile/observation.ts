@@ -31,6 +31,8 @@ export interface Observation {
   /** Secret values by the field that names them (never logged, never in status) */
   secrets: Map<string, string>;
   deployment: KubeObject | undefined;
+  /** the Cohort strategy's Deployment (<name>-cohort), when one exists */
+  cohortDeployment?: KubeObject;
   /** read only when the spec is valid and nothing is missing */
   queue?: QueueObservation;
   /** whether the queue is read at all (a management URL is set): the reconcile polls then */

@@ -6,7 +6,10 @@
 import type { JobWorker, JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import type { Observation } from './observation.js';
+import type { FiguresMemory } from './cohort-figures.js';
 import {
+  cohortDeploymentName,
+  desiredCohortDeployment,
   desiredDeployment,
   desiredMetricsService,
   desiredPdb,
@@ -45,6 +48,8 @@ export interface ScalingMemory {
   scaling: ScalingState;
   age: AgeMemory;
   capacity?: CapacityMemory;
+  /** a Cohort rollout's last read of each pod's counters (./cohort-figures.ts) */
+  cohort?: FiguresMemory;
 }
 
 export interface PlanEvent {
@@ -78,6 +83,8 @@ export interface Plan {
   status: JobWorkerStatus;
   /** emitted once the status that carries the change is written */
   events: PlanEvent[];
+  /** children to delete: a Cohort rollout's Deployment once it is over */
+  remove: Array<{ apiVersion: string; kind: string; name: string }>;
   /** only when this reconcile creates the Deployment */
   createdEvent?: PlanEvent;
   /** pod-deletion-cost annotations to write before the Deployment (./scale-down.ts) */
@@ -148,6 +155,8 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   let removal: Removal | undefined;
   const records: KubeObject[] = [];
   const prune: string[] = [];
+  const remove: Plan['remove'] = [];
+  let cohortMemory: FiguresMemory | undefined;
   if (paused && spec && deployment) {
     // Rollouts hold: the pod template that ran stays, as it is, at 0 —
     // whatever the spec says now, and whether or not its Secrets are in place.
@@ -170,6 +179,9 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       now,
       ageSeconds: scaling?.signalOk && !paused ? scaling.oldestAgeSeconds : undefined,
       answers: i.answers,
+      ...(obs.cohortDeployment && { cohortDeployment: obs.cohortDeployment }),
+      total: desiredReplicas,
+      ...(i.memory?.cohort && { cohortMemory: i.memory.cohort }),
     });
     if ('need' in r) return r;
     rollout = r;
@@ -181,7 +193,8 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       ),
     );
     prune.push(...r.evicted.map((rev) => revisionRecordName(raw.metadata.name, rev)));
-    appliedReplicas = r.scaleToZero || paused ? 0 : desiredReplicas;
+    appliedReplicas = r.scaleToZero || paused ? 0 : (r.mainReplicas ?? desiredReplicas);
+    cohortMemory = r.cohortMemory;
     // The template applied is the planned revision's, from that revision's
     // spec, or the live one kept as it is (see planRollout).
     const jw = { ...raw, spec: r.deploySpec ?? spec } as unknown as JobWorker;
@@ -189,9 +202,19 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       ? desiredDeployment(jw, r.deployRevision, appliedReplicas)
       : deployment && liveTemplateDeployment(jw, deployment, appliedReplicas);
     children.push(...(d ? [d] : []), desiredMetricsService(jw), desiredPdb(jw));
-    // Going down (not to zero: then every pod goes): the idlest pods first.
+    if (r.cohort) children.push(cohortDeployment(jw, r.cohort, obs.cohortDeployment));
+    if (r.removeCohort)
+      remove.push({
+        apiVersion: 'apps/v1',
+        kind: 'Deployment',
+        name: cohortDeploymentName(raw.metadata.name),
+      });
+    // Going down (not to zero: then every pod goes): the idlest pods first —
+    // not beside a cohort, whose pods the stable Deployment cannot remove.
     if (
       deployment &&
+      !obs.cohortDeployment &&
+      !r.cohort &&
       spec.scaling.removeIdleFirst &&
       appliedReplicas > 0 &&
       appliedReplicas < (live ?? 0)
@@ -276,6 +299,8 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     deadLetters: obs.deadLetters,
     rollout: rollout?.status,
     appliedReplicas,
+    ...(rollout?.cohort &&
+      obs.cohortDeployment && { cohort: observeDeployment(obs.cohortDeployment) }),
     ...(removal &&
       live !== undefined && {
         scaleDown: { from: live, to: appliedReplicas, heldDeliveries: removal.heldDeliveries },
@@ -285,13 +310,17 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     children,
     records,
     prune,
+    remove,
     status,
     events,
     ...(createdEvent && { createdEvent }),
     ...(removal && { podCosts: removal.writes, scaleDownHeld: removal.heldDeliveries }),
     // Paused, the scaler's window holds; the age estimate keeps learning.
     ...(scaled && {
-      memory: paused && i.memory ? { ...scaled.memory, scaling: i.memory.scaling } : scaled.memory,
+      memory: {
+        ...(paused && i.memory ? { ...scaled.memory, scaling: i.memory.scaling } : scaled.memory),
+        ...(cohortMemory && { cohort: cohortMemory }),
+      },
     }),
     ...(scaling && { scaling }),
     desiredReplicas,
@@ -304,6 +333,22 @@ function removedWords(r: Removal): string {
   return r.heldDeliveries === 0
     ? `Removing the idlest pods (${r.chosen.join(', ')}): no delivery interrupted.`
     : `Removing the idlest pods (${r.chosen.join(', ')}), which hold ${r.heldDeliveries} deliveries: they finish within the drain deadline or go back to the queue.`;
+}
+
+/** A Cohort rollout's Deployment: the revision's template, or the live one while it drains. */
+function cohortDeployment(
+  jw: JobWorker,
+  c: NonNullable<RolloutPlan['cohort']>,
+  live: KubeObject | undefined,
+): KubeObject {
+  const d = desiredCohortDeployment(
+    c.spec ? { ...jw, spec: c.spec } : jw,
+    c.revision,
+    c.replicas,
+    c.prefetch,
+  );
+  const template = (live?.spec as { template?: unknown } | undefined)?.template;
+  return c.spec || !template ? d : { ...d, spec: { ...(d.spec as object), template } };
 }
 
 /**

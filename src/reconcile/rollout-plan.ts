@@ -6,7 +6,7 @@
 // matter only in some states (a revision's pods, the schema versions seen in
 // the queue, the queued total for an override): when it needs one it has not
 // been given, it says so (`need`), and the caller reads it and plans again.
-import { parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../api/jobworker.js';
+import { checksOf, parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import type { ConditionInput } from './conditions.js';
 import {
@@ -18,6 +18,14 @@ import {
   templateHash,
 } from './desired.js';
 import { managerOf } from './managed-fields.js';
+import {
+  ANNOTATION_COHORT_COMMAND,
+  cohortStep,
+  DEFAULT_STEPS,
+  parseCommand,
+  type CohortOutput,
+} from './cohort.js';
+import type { FiguresMemory, PodSample } from './cohort-figures.js';
 import { assignRevision, type HistoryEntry } from './revisions.js';
 import {
   ALLOW_KEY_RULE_CHANGE,
@@ -44,7 +52,8 @@ export type RolloutNeed =
   | { kind: 'pods'; revision: string }
   | { kind: 'seenVersions' }
   | { kind: 'queued' }
-  | { kind: 'revisionSpec'; revision: string };
+  | { kind: 'revisionSpec'; revision: string }
+  | { kind: 'cohortSamples' };
 
 /** What the caller read because a plan asked (`need`); a key present with undefined: unreadable. */
 export interface RolloutAnswers {
@@ -56,6 +65,8 @@ export interface RolloutAnswers {
   queued?: number | undefined;
   /** a revision's spec, from its ControllerRevision (undefined: there is none) */
   revisionSpecs?: Record<string, Record<string, unknown> | undefined>;
+  /** the worker pods of a Cohort rollout, with their counters (./cohort-figures.ts) */
+  cohortSamples?: PodSample[];
 }
 
 export interface RolloutInput {
@@ -66,6 +77,12 @@ export interface RolloutInput {
   now: Date;
   ageSeconds: number | undefined;
   answers: RolloutAnswers;
+  /** the Cohort strategy's Deployment, when one exists */
+  cohortDeployment?: KubeObject;
+  /** the fleet's replicas, from the scaler */
+  total: number;
+  /** per cohort pod: its counters at the last read */
+  cohortMemory?: FiguresMemory;
 }
 
 export interface RolloutPlan {
@@ -80,6 +97,13 @@ export interface RolloutPlan {
   deployRevision: string;
   deploySpec: JobWorkerSpec | undefined;
   scaleToZero: boolean;
+  /** the stable Deployment's replicas, when a Cohort rollout sets them */
+  mainReplicas?: number;
+  /** the cohort Deployment to apply: this revision (from `spec`; its live template when undefined), replicas and prefetch */
+  cohort?: { revision: string; spec?: JobWorkerSpec; replicas: number; prefetch: number };
+  /** the cohort Deployment exists and is no longer needed */
+  removeCohort: boolean;
+  cohortMemory?: FiguresMemory;
   status: RolloutStatus;
   requeueMs?: number;
   events: Array<{ type: 'Normal' | 'Warning'; reason: string; message: string }>;
@@ -135,6 +159,16 @@ function rolledOutAt(d: KubeObject | undefined, revision: string): boolean {
   );
 }
 
+/** Every pod the Deployment has runs `revision` (ready or not): no older one is left. */
+function onlyRevision(d: KubeObject | undefined, revision: string): boolean {
+  if (!d || revisionOf(d) !== revision) return false;
+  const st = (d.status ?? {}) as Record<string, number | undefined>;
+  return (
+    (st.observedGeneration ?? 0) >= (d.metadata.generation ?? 0) &&
+    (st.updatedReplicas ?? 0) >= (st.replicas ?? 0)
+  );
+}
+
 export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed } {
   const { raw, spec, previous, now } = i;
   const a = i.answers;
@@ -167,7 +201,15 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
   // A revision rolled back automatically stays off until the spec changes.
   let aborted = previous?.abortedRevision === specRevision ? previous.abortedRevision : undefined;
 
-  let target = state?.to ?? (aborted ? (previous?.lastRollback?.to ?? deployed) : specRevision);
+  // An aborted revision's stand-in is what its rollback restored, or what runs
+  // (a cohort's abort leaves the stable revision running; an older rollback is not this one).
+  let target =
+    state?.to ??
+    (aborted
+      ? previous?.lastRollback?.from === aborted
+        ? previous.lastRollback.to
+        : deployed
+      : specRevision);
   target ??= specRevision;
   let trigger: Trigger = 'SpecReverted';
   let triggerReason: string | undefined;
@@ -181,7 +223,16 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       : previous?.currentRevision !== target
         ? previous?.currentRevision
         : undefined;
-  if (!state && !aborted && target === specRevision && stable && Number(target) > Number(stable)) {
+  const cohortStrategy = spec.rollout.strategy === 'Cohort';
+  if (
+    !state &&
+    !aborted &&
+    !cohortStrategy &&
+    !previous?.cohort &&
+    target === specRevision &&
+    stable &&
+    Number(target) > Number(stable)
+  ) {
     const pods = a.pods?.[target];
     if (!pods) return { need: { kind: 'pods', revision: target } };
     const crashLooping = pods.some((p) => p.restarts >= CRASH_LOOP_RESTARTS);
@@ -286,6 +337,39 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
     }
   }
 
+  // The Cohort strategy (./cohort.ts): a change going forward starts as a
+  // cohort beside the revision that runs; one in progress goes on (or, no
+  // longer wanted, is drained) whatever the strategy says now.
+  const forward =
+    !state &&
+    !blocked &&
+    !!deployed &&
+    target === specRevision &&
+    target !== deployed &&
+    Number(target) > Number(deployed);
+  if (!state && deployed && (previous?.cohort || (cohortStrategy && forward))) {
+    const c = cohortPlan(i, {
+      wanted: cohortStrategy && forward,
+      target,
+      deployed,
+      specRevision,
+    });
+    if ('need' in c) return c;
+    return {
+      ...c,
+      history,
+      evicted: assigned.evicted,
+      specRevision,
+      events: [...events, ...c.events],
+      blocked,
+      status: {
+        ...c.status,
+        lastRollback: previous?.lastRollback,
+        conditions: [...conditions, ...c.status.conditions],
+      },
+    };
+  }
+
   const isRollback =
     !state && !!deployed && target !== deployed && Number(target) < Number(deployed);
   let oldPods: number | undefined;
@@ -343,6 +427,21 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
         message: lastRollback.message,
       };
   }
+  // A cohort aborted by a check: the revision stays off, and says why, until the spec changes.
+  const lastCohort = previous?.lastCohort;
+  if (
+    !degraded &&
+    aborted &&
+    lastCohort?.result === 'Aborted' &&
+    lastCohort.revision === aborted &&
+    lastCohort.check !== 'Manual'
+  )
+    degraded = {
+      type: 'Degraded',
+      status: 'True',
+      reason: 'CohortAborted',
+      message: `${lastCohort.message} Change the spec (a new revision) to roll forward again.`,
+    };
   if (aborted && !state && step.finished?.trigger === 'AutoRollback')
     events.push({
       type: 'Warning',
@@ -387,13 +486,101 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       lastRollback,
       analysis,
       abortedRevision: aborted,
+      lastCohort,
       conditions,
       progressing,
       degraded,
       rollingBack: !!state,
     },
+    removeCohort: false,
     requeueMs: step.requeueMs ?? (analysis ? 5000 : undefined),
     events,
     blocked,
+  };
+}
+
+type CohortPlan = Omit<RolloutPlan, 'history' | 'evicted' | 'specRevision' | 'blocked'>;
+
+/** A Cohort rollout's reconcile: the reads its phase needs, then ./cohort.ts decides. */
+function cohortPlan(
+  i: RolloutInput,
+  o: { wanted: boolean; target: string; deployed: string; specRevision: string },
+): CohortPlan | { need: RolloutNeed } {
+  const { spec, previous, answers: a } = i;
+  const running = previous?.cohort;
+  const status = (d: KubeObject | undefined) =>
+    (d?.status ?? {}) as { readyReplicas?: number; replicas?: number };
+  let cohortPods: number | undefined;
+  if (running?.phase === 'Aborting') {
+    const pods = a.pods?.[running.revision];
+    if (!pods) return { need: { kind: 'pods', revision: running.revision } };
+    cohortPods = pods.length;
+  } else if (running?.phase === 'Promoting') cohortPods = status(i.cohortDeployment).replicas ?? 0;
+  const analyzing = running && (running.phase === 'Analyzing' || running.phase === 'Waiting');
+  if (analyzing && !a.cohortSamples) return { need: { kind: 'cohortSamples' } };
+  const out: CohortOutput = cohortStep({
+    now: i.now,
+    state: running,
+    revision: o.target,
+    stable: running?.stable ?? o.deployed,
+    wanted: o.wanted,
+    steps: spec.rollout.steps ?? DEFAULT_STEPS,
+    checks: checksOf(spec),
+    analysisSeconds: spec.rollout.analysisSeconds,
+    objectiveSeconds: spec.scaling.targetOldestAgeSeconds,
+    prefetch: spec.broker.prefetch,
+    drainSeconds: spec.shutdown.drainDeadlineSeconds + TERMINATION_MARGIN_SECONDS,
+    total: i.total,
+    cohortReady: status(i.cohortDeployment).readyReplicas ?? 0,
+    cohortPods,
+    stableReady: status(i.deployment).readyReplicas ?? 0,
+    promoted: running ? onlyRevision(i.deployment, running.revision) : false,
+    samples: a.cohortSamples,
+    memory: i.cohortMemory,
+    ageSeconds: i.ageSeconds,
+    command: parseCommand(i.raw.metadata.annotations?.[ANNOTATION_COHORT_COMMAND]),
+  });
+  const s = out.state;
+  const f = out.finished;
+  const promoted = out.stable.promoted;
+  const cohortRevision = s?.revision ?? f?.revision ?? o.target;
+  // A promotion the spec has moved on from still deploys the cohort's own revision.
+  let promotedSpec: JobWorkerSpec | undefined = spec;
+  if (promoted && cohortRevision !== o.specRevision) {
+    const recorded = recordedSpec(cohortRevision, i.previous?.history, a);
+    if (recorded && 'need' in recorded) return recorded;
+    promotedSpec = recorded;
+  }
+  // Aborted by a check (or by hand), the revision stays off until the spec changes.
+  const aborted = f?.result === 'Aborted' && f.check !== 'SpecChanged' ? f.revision : undefined;
+  return {
+    targetRevision: s ? s.revision : f?.result === 'Promoted' ? f.revision : o.deployed,
+    deployRevision: promoted && promotedSpec ? cohortRevision : o.deployed,
+    deploySpec: promoted ? promotedSpec : undefined,
+    scaleToZero: false,
+    mainReplicas: out.stable.replicas,
+    ...(out.cohort &&
+      s && {
+        cohort: {
+          revision: s.revision,
+          // the template it ran, unless the spec still describes its revision
+          ...(s.revision === o.specRevision && { spec }),
+          replicas: out.cohort.replicas,
+          prefetch: out.cohort.prefetch,
+        },
+      }),
+    removeCohort: !out.cohort && !!i.cohortDeployment,
+    ...(out.memory && { cohortMemory: out.memory }),
+    status: {
+      abortedRevision: aborted,
+      cohort: s,
+      lastCohort: f ?? previous?.lastCohort,
+      conditions: [],
+      progressing: out.progressing,
+      ...(out.degraded && { degraded: out.degraded }),
+      rollingBack: false,
+    },
+    requeueMs: out.requeueMs,
+    events: out.events,
   };
 }

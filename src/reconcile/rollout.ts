@@ -17,6 +17,9 @@ export interface RolloutStatus {
   lastRollback?: LastRollback;
   analysis?: AnalysisState;
   abortedRevision?: string;
+  /** a Cohort rollout in progress (./cohort.ts), and how the last one ended */
+  cohort?: NonNullable<JobWorkerStatus['cohort']>;
+  lastCohort?: NonNullable<JobWorkerStatus['lastCohort']>;
   conditions: ConditionInput[];
   /** overrides the Progressing condition computed from the Deployment */
   progressing?: ConditionInput;

@@ -115,6 +115,8 @@ export interface StatusInput {
   paused?: PauseSwitch;
   /** replicas the Deployment was given (0 while a rollback drains or paused) */
   appliedReplicas?: number;
+  /** the cohort Deployment of a Cohort rollout (./cohort.ts), when there is one */
+  cohort?: DeploymentObservation;
   /** this reconcile lowers the replicas, removing the pods ./scale-down.ts chose */
   scaleDown?: { from: number; to: number; heldDeliveries: number };
   scaling?: {
@@ -329,8 +331,9 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     ...prev,
     observedGeneration: i.generation,
     desiredReplicas: i.desiredReplicas,
-    replicas: d?.replicas ?? 0,
-    readyReplicas: d?.readyReplicas ?? 0,
+    // the fleet: the stable Deployment and the cohort beside it
+    replicas: (d?.replicas ?? 0) + (i.cohort?.replicas ?? 0),
+    readyReplicas: (d?.readyReplicas ?? 0) + (i.cohort?.readyReplicas ?? 0),
     updateRevision: i.updateRevision ?? prev.updateRevision,
     currentRevision: rolledOut ? i.updateRevision : (prev.currentRevision ?? undefined),
     history: i.history,
@@ -377,6 +380,8 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     status.lastRollback = i.rollout.lastRollback;
     status.analysis = i.rollout.analysis;
     status.abortedRevision = i.rollout.abortedRevision;
+    status.cohort = i.rollout.cohort;
+    status.lastCohort = i.rollout.lastCohort;
   }
   status.phase = phaseOf(conditions, i.rollout?.rollingBack);
   return dropUndefined(status);

@@ -6,7 +6,12 @@
 // scale-down (src/reconcile/scale-down.ts).
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { PodCounters } from '../reconcile/capacity.js';
-import { LABEL_JOBWORKER } from '../reconcile/desired.js';
+import {
+  LATENCY_BOUNDS,
+  type PodCounters as RevisionCounters,
+  type PodSample,
+} from '../reconcile/cohort-figures.js';
+import { LABEL_JOBWORKER, LABEL_REVISION } from '../reconcile/desired.js';
 import { DELETION_COST, type PodLoad } from '../reconcile/scale-down.js';
 import { workerUrl, type PodShape } from './worker-readiness.js';
 
@@ -78,6 +83,86 @@ export async function readPodLoad(
       };
     }),
   );
+}
+
+type RestartShape = { status?: { containerStatuses?: Array<{ restartCount?: number }> } };
+
+/**
+ * Every pod of the JobWorker (both Deployments of a Cohort rollout), its
+ * revision and restarts, and its counters where it answers: what a cohort
+ * step's analysis compares (src/reconcile/cohort-figures.ts).
+ */
+export async function readCohortSamples(
+  client: KubeClient,
+  namespace: string,
+  name: string,
+): Promise<PodSample[]> {
+  const pods = await jobWorkerPods(client, namespace, name);
+  return Promise.all(
+    pods.map(async (pod) => {
+      const text = await scrape(pod);
+      const statuses = (pod as RestartShape).status?.containerStatuses ?? [];
+      return {
+        pod: pod.metadata.name,
+        revision: pod.metadata.labels?.[LABEL_REVISION],
+        createdAt: pod.metadata.creationTimestamp ?? new Date(0).toISOString(),
+        restarts: Math.max(0, ...statuses.map((c) => c.restartCount ?? 0)),
+        ...(text !== undefined && { counters: parseRevisionCounters(text) }),
+      };
+    }),
+  );
+}
+
+/** What a cohort step compares, from one worker's /metrics. */
+export function parseRevisionCounters(text: string): RevisionCounters {
+  const c: RevisionCounters = {
+    handled: 0,
+    completed: 0,
+    deadLettered: 0,
+    retried: 0,
+    duplicates: 0,
+    deadLettersByClass: {},
+    latency: LATENCY_BOUNDS.map(() => 0),
+  };
+  for (const { name, labels, value } of samples(text)) {
+    if (name === 'jobfleet_jobs_total') {
+      c.handled += value;
+      if (labels.outcome === 'completed') c.completed += value;
+      if (labels.outcome === 'dead_lettered') c.deadLettered += value;
+      if (labels.outcome === 'duplicate') c.duplicates += value;
+    } else if (name === 'jobfleet_claim_conflicts_total') c.duplicates += value;
+    else if (name === 'jobfleet_retries_total') c.retried += value;
+    else if (name === 'jobfleet_dead_letters_total') {
+      const k = labels.failure_class ?? 'unknown';
+      c.deadLettersByClass[k] = (c.deadLettersByClass[k] ?? 0) + value;
+    } else if (name === 'jobfleet_handler_duration_seconds_bucket') {
+      const le = labels.le === '+Inf' ? Infinity : Number(labels.le);
+      const i = LATENCY_BOUNDS.indexOf(le);
+      if (i >= 0) c.latency[i]! += value;
+    }
+  }
+  return c;
+}
+
+/** The jobfleet_* samples of the text exposition format, with their labels. */
+function* samples(
+  text: string,
+): Generator<{ name: string; labels: Record<string, string>; value: number }> {
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('jobfleet_')) continue;
+    const brace = line.indexOf('{');
+    const space = line.lastIndexOf(' ');
+    const hasLabels = brace >= 0 && brace < space;
+    const value = Number(line.slice(space + 1));
+    if (!Number.isFinite(value)) continue;
+    const labels: Record<string, string> = {};
+    if (hasLabels)
+      for (const m of line
+        .slice(brace + 1, line.lastIndexOf('}'))
+        .matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g))
+        labels[m[1]!] = m[2]!;
+    yield { name: line.slice(0, hasLabels ? brace : line.indexOf(' ')), labels, value };
+  }
 }
 
 /** The figures capacity needs, summed over their label sets. */

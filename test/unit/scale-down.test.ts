@@ -94,7 +94,9 @@ describe('the plan of a scale-down', () => {
       else if (r.need.kind === 'pods') answers.pods = { ...answers.pods, [r.need.revision]: [] };
       else if (r.need.kind === 'seenVersions') answers.seenVersions = undefined;
       else if (r.need.kind === 'queued') answers.queued = undefined;
-      else answers.revisionSpecs = { ...answers.revisionSpecs, [r.need.revision]: undefined };
+      else if (r.need.kind === 'revisionSpec')
+        answers.revisionSpecs = { ...answers.revisionSpecs, [r.need.revision]: undefined };
+      else answers.cohortSamples = [];
     }
     throw new Error('the planner kept asking');
   }

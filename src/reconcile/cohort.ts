@@ -1,0 +1,537 @@
+// The Cohort strategy, pure: a new revision runs as a small worker cohort
+// beside the stable revision (both consume the same queue, so its share of
+// the traffic is its share of consumers × prefetch), grows step by step while
+// each step's analysis passes — the cohort's figures against the stable
+// revision's over the same window — and is promoted at the end; a failed
+// check aborts it, the cohort drained first while the stable revision keeps
+// consuming. The fleet's total stays the scaler's (capped by the downstream
+// budget): the cohort is a share of it, never extra load. Its state is in
+// status.cohort, so an operator restart resumes at the same step.
+import type {
+  CohortChecks,
+  CohortStep,
+  JobWorkerStatus,
+  RevisionFigures,
+} from '../api/jobworker.js';
+import type { ConditionInput } from './conditions.js';
+import {
+  accumulate,
+  LATENCY_BOUNDS,
+  noFigures,
+  p95,
+  type FiguresMemory,
+  type PodSample,
+} from './cohort-figures.js';
+import { iso, RISE_SUSTAIN_MS } from './rollout.js';
+
+export type CohortState = NonNullable<JobWorkerStatus['cohort']>;
+export type LastCohort = NonNullable<JobWorkerStatus['lastCohort']>;
+
+/** `kubectl jobworker promote|abort` writes this annotation: one command, for one revision. */
+export const ANNOTATION_COHORT_COMMAND = 'jobfleet.dev/cohort-command';
+
+export interface CohortCommand {
+  action: 'promote' | 'abort';
+  revision: string;
+  /** promote: the step it skips (a command given for an earlier step does nothing) */
+  step?: number;
+  by: string;
+  reason: string;
+}
+
+export function parseCommand(value: string | undefined): CohortCommand | undefined {
+  if (!value) return undefined;
+  try {
+    const c = JSON.parse(value) as Partial<CohortCommand>;
+    return (c.action === 'promote' || c.action === 'abort') && typeof c.revision === 'string'
+      ? {
+          action: c.action,
+          revision: c.revision,
+          ...(typeof c.step === 'number' && { step: c.step }),
+          by: typeof c.by === 'string' ? c.by : 'an unknown user',
+          reason: typeof c.reason === 'string' ? c.reason : 'no reason given',
+        }
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** When spec.rollout.steps is not set. */
+export const DEFAULT_STEPS: CohortStep[] = [
+  { cohort: { replicas: 1 } },
+  { cohort: { percent: 50 } },
+  { cohort: { percent: 100 } },
+];
+
+export const COHORT_CHECKS = [
+  'Age',
+  'Restarts',
+  'DeadLetters',
+  'Retries',
+  'Duplicates',
+  'Latency',
+] as const;
+export type CohortCheck = (typeof COHORT_CHECKS)[number] | 'Manual' | 'SpecChanged';
+
+/** The cohort's replicas at a step of a fleet of `total`: never more than the fleet. */
+export function cohortReplicas(step: CohortStep, total: number): number {
+  if (total <= 0) return 0;
+  const c = step.cohort;
+  const want = c.replicas ?? Math.ceil((total * (c.percent ?? 100)) / 100);
+  return Math.min(total, Math.max(1, want));
+}
+
+export interface CohortInput {
+  now: Date;
+  state: CohortState | undefined;
+  /** the revision the spec wants (through the gate), and the one the stable Deployment runs */
+  revision: string;
+  stable: string;
+  /** false: the spec no longer wants `state.revision` (changed again, reverted, or blocked) */
+  wanted: boolean;
+  steps: readonly CohortStep[];
+  checks: CohortChecks;
+  /** spec.rollout.analysisSeconds: a step's window when it sets none */
+  analysisSeconds: number;
+  objectiveSeconds: number;
+  prefetch: number;
+  /** drain deadline + termination margin, seconds */
+  drainSeconds: number;
+  /** the fleet's replicas, from the scaler */
+  total: number;
+  /** cohort pods ready (the cohort Deployment's status) */
+  cohortReady: number;
+  /** Aborting: pods of the cohort's revision still present, Terminating ones included */
+  cohortPods?: number;
+  /** Promoting: the stable Deployment's ready pods, whatever their revision */
+  stableReady?: number;
+  /** Promoting: the stable Deployment's pods all run the revision (its old ones are gone) */
+  promoted?: boolean;
+  /** the workers' pods and counters (Analyzing and Waiting) */
+  samples?: readonly PodSample[];
+  memory: FiguresMemory | undefined;
+  ageSeconds: number | undefined;
+  command: CohortCommand | undefined;
+}
+
+export interface CohortOutput {
+  state: CohortState | undefined;
+  finished?: LastCohort;
+  /** the cohort Deployment's replicas and prefetch; undefined: remove it */
+  cohort?: { replicas: number; prefetch: number };
+  /** the stable Deployment: its replicas, and whether it now runs the new revision */
+  stable: { replicas: number; promoted: boolean };
+  memory?: FiguresMemory;
+  events: Array<{ type: 'Normal' | 'Warning'; reason: string; message: string }>;
+  progressing: ConditionInput;
+  degraded?: ConditionInput;
+  requeueMs: number;
+}
+
+const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
+/** The prefetch of cohort replicas at a step: the step's, never above the spec's. */
+const prefetchAt = (step: CohortStep, prefetch: number) =>
+  Math.min(prefetch, step.cohort.prefetch ?? prefetch);
+const prefetchOf = (i: CohortInput, s: CohortState) =>
+  prefetchAt(i.steps[s.step - 1] ?? i.steps[i.steps.length - 1]!, i.prefetch);
+
+export function cohortStep(i: CohortInput): CohortOutput {
+  const now = i.now;
+  let s = i.state;
+  const events: CohortOutput['events'] = [];
+  const n = i.steps.length;
+  // A revision other than the one the cohort runs is wanted: the cohort goes,
+  // drained first. A promotion under way finishes first (the stable
+  // Deployment already moves to the cohort's revision); the change follows.
+  if (
+    s &&
+    (s.phase === 'Analyzing' || s.phase === 'Waiting') &&
+    (!i.wanted || s.revision !== i.revision)
+  )
+    s = aborting(
+      s,
+      now,
+      i.drainSeconds,
+      'SpecChanged',
+      `the spec no longer asks for revision ${s.revision}`,
+      events,
+    );
+  if (!s) {
+    if (!i.wanted) return idle(i);
+    s = startStep(i, 1, now);
+    events.push({
+      type: 'Normal',
+      reason: 'CohortStarted',
+      message: `Revision ${i.revision} starts as a cohort of ${plural(s.replicas, 'replica')} (prefetch ${prefetchAt(i.steps[0]!, i.prefetch)}) beside revision ${i.stable} (${plural(s.stableReplicas, 'replica')}): step 1 of ${n}.`,
+    });
+  }
+
+  if (s.phase === 'Aborting') return abortingStep(i, s, events);
+  if (s.phase === 'Promoting') return promotingStep(i, s, events);
+
+  // Analyzing or Waiting: the step's replicas follow the fleet's total, and
+  // the stable revision gives way only as cohort pods become ready: no gap.
+  const step = i.steps[s.step - 1] ?? i.steps[n - 1]!;
+  const replicas = cohortReplicas(step, i.total);
+  s = { ...s, replicas, stableReplicas: i.total - Math.min(replicas, i.cohortReady) };
+  const acc = accumulate(
+    { cohort: s.figures?.cohort ?? noFigures(), stable: s.figures?.stable ?? noFigures() },
+    i.memory ?? {},
+    i.samples ?? [],
+    { cohort: s.revision, stable: s.stable },
+    s.figures?.since ?? s.stepStartedAt,
+  );
+  s = {
+    ...s,
+    figures: {
+      since: s.figures?.since ?? s.stepStartedAt,
+      at: iso(now),
+      cohort: acc.cohort,
+      stable: acc.stable,
+    },
+  };
+  const cmd = i.command?.revision === s.revision ? i.command : undefined;
+  if (cmd?.action === 'abort')
+    return abortingStep(
+      i,
+      aborting(s, now, i.drainSeconds, 'Manual', `aborted by ${cmd.by}: ${cmd.reason}`, events),
+      events,
+      acc.memory,
+    );
+
+  const failed = judge(i, s);
+  if (failed)
+    return abortingStep(
+      i,
+      aborting(s, now, i.drainSeconds, failed.check, failed.reason, events),
+      events,
+      acc.memory,
+    );
+  s = { ...s, overObjectiveSince: risingSince(i, s) };
+
+  // The window starts once the cohort's pods are ready: a step is watched whole.
+  const windowMs = (step.analysisSeconds ?? i.analysisSeconds) * 1000;
+  if (!s.analysisUntil && replicas > 0 && i.cohortReady >= replicas)
+    s = { ...s, analysisUntil: iso(new Date(now.getTime() + windowMs)) };
+  const skipped = cmd?.action === 'promote' && (cmd.step === undefined || cmd.step === s.step);
+  const over = s.analysisUntil !== undefined && now.getTime() >= Date.parse(s.analysisUntil);
+  const enough = acc.cohort.handled >= i.checks.minJobs;
+  if (skipped || (over && enough)) {
+    const passed = skipped
+      ? `skipped by ${cmd.by}: ${cmd.reason}`
+      : `passed: ${summary(s.figures!.cohort, s.figures!.stable)}`;
+    events.push({
+      type: skipped ? 'Warning' : 'Normal',
+      reason: skipped ? 'CohortStepSkipped' : 'CohortStepPassed',
+      message: `Revision ${s.revision}, step ${s.step} of ${n} (${plural(replicas, 'replica')}) ${passed}.`,
+    });
+    if (s.step >= n) {
+      const promoting: CohortState = {
+        ...s,
+        phase: 'Promoting',
+        stepStartedAt: iso(now),
+        message: `Every step passed: the stable Deployment moves to revision ${s.revision}.`,
+      };
+      events.push({
+        type: 'Normal',
+        reason: 'CohortPromoting',
+        message: `Revision ${s.revision} passed its ${plural(n, 'step')}: the stable Deployment rolls to it, and the cohort leaves as its pods become ready.`,
+      });
+      return promotingStep(i, promoting, events, {});
+    }
+    const next = startStep(i, s.step + 1, now);
+    events.push({
+      type: 'Normal',
+      reason: 'CohortStep',
+      message: `Revision ${s.revision} grows to ${plural(next.replicas, 'replica')} of ${i.total}: step ${next.step} of ${n}.`,
+    });
+    return running(i, next, events, {});
+  }
+  const left = s.analysisUntil
+    ? Math.max(0, Math.ceil((Date.parse(s.analysisUntil) - now.getTime()) / 1000))
+    : undefined;
+  s = {
+    ...s,
+    phase: over ? 'Waiting' : 'Analyzing',
+    message: !s.analysisUntil
+      ? `Step ${s.step} of ${n}: waiting for the cohort's ${plural(replicas, 'pod')} to be ready (${i.cohortReady} ready).`
+      : over
+        ? `Step ${s.step} of ${n}: the window is over, but the cohort has handled ${acc.cohort.handled} of the ${i.checks.minJobs} deliveries needed to judge it; waiting (kubectl jobworker promote skips the step).`
+        : `Step ${s.step} of ${n}: ${left} s left; ${summary(acc.cohort, acc.stable)}.`,
+  };
+  return running(i, s, events, acc.memory);
+}
+
+function idle(i: CohortInput): CohortOutput {
+  return {
+    state: undefined,
+    stable: { replicas: i.total, promoted: false },
+    events: [],
+    progressing: { type: 'Progressing', status: 'False', reason: 'Idle', message: '' },
+    requeueMs: 5000,
+  };
+}
+
+function startStep(i: CohortInput, step: number, now: Date): CohortState {
+  const replicas = cohortReplicas(i.steps[step - 1]!, i.total);
+  return {
+    revision: i.revision,
+    stable: i.stable,
+    phase: 'Analyzing',
+    step,
+    steps: i.steps.length,
+    replicas,
+    stableReplicas: i.total - Math.min(replicas, i.cohortReady),
+    stepStartedAt: iso(now),
+    ...(i.ageSeconds !== undefined && { ageAtStart: i.ageSeconds }),
+  };
+}
+
+function running(
+  i: CohortInput,
+  s: CohortState,
+  events: CohortOutput['events'],
+  memory: FiguresMemory,
+): CohortOutput {
+  const step = i.steps[s.step - 1]!;
+  return {
+    state: s,
+    cohort: { replicas: s.replicas, prefetch: prefetchAt(step, i.prefetch) },
+    stable: { replicas: s.stableReplicas, promoted: false },
+    memory,
+    events,
+    progressing: {
+      type: 'Progressing',
+      status: 'True',
+      reason: 'CohortStep',
+      message:
+        `Revision ${s.revision} runs as a cohort of ${plural(s.replicas, 'replica')} beside revision ${s.stable} (${s.stableReplicas}). ${s.message ?? ''}`.trim(),
+    },
+    requeueMs: 2000,
+  };
+}
+
+/** Past the objective and above where the step started: since when (sustained, it aborts). */
+function risingSince(i: CohortInput, s: CohortState): string | undefined {
+  const age = i.ageSeconds;
+  const rising = age !== undefined && age > i.objectiveSeconds && age > (s.ageAtStart ?? 0);
+  return rising ? (s.overObjectiveSince ?? iso(i.now)) : undefined;
+}
+
+const ratio = (part: number, f: RevisionFigures) => (f.handled > 0 ? part / f.handled : 0);
+const pct = (x: number) => `${(100 * x).toFixed(x < 0.01 && x > 0 ? 2 : 1)}%`;
+
+function summary(c: RevisionFigures, st: RevisionFigures): string {
+  const lat = (f: RevisionFigures) => {
+    const p = p95(f);
+    return p === undefined ? '–' : Number.isFinite(p) ? `≤${p} s` : `>${LATENCY_BOUNDS.at(-2)} s`;
+  };
+  return `cohort ${c.handled} handled (dead-lettered ${pct(ratio(c.deadLettered, c))}, retried ${pct(ratio(c.retried, c))}, duplicates ${pct(ratio(c.duplicates, c))}, p95 ${lat(c)}) vs stable ${st.handled} (${pct(ratio(st.deadLettered, st))}, ${pct(ratio(st.retried, st))}, ${pct(ratio(st.duplicates, st))}, ${lat(st)})`;
+}
+
+/** The first failing check, with the figures that failed it; undefined: all pass so far. */
+function judge(i: CohortInput, s: CohortState): { check: CohortCheck; reason: string } | undefined {
+  const c = s.figures!.cohort;
+  const st = s.figures!.stable;
+  const k = i.checks;
+  if (c.restarts >= k.maxRestarts)
+    return {
+      check: 'Restarts',
+      reason: `a cohort pod of revision ${s.revision} restarted ${c.restarts} times (limit ${k.maxRestarts}): it crash-loops`,
+    };
+  const since = risingSince(i, s);
+  if (since && i.now.getTime() - Date.parse(since) >= RISE_SUSTAIN_MS)
+    return {
+      check: 'Age',
+      reason: `queue age rose from ${Math.round(s.ageAtStart ?? 0)} s to ${Math.round(i.ageSeconds!)} s, past the ${i.objectiveSeconds} s objective`,
+    };
+  // Ratios are judged once the cohort has handled enough to say something;
+  // a stable side with too little (a 100% step) is compared as zero.
+  if (c.handled < k.minJobs) return undefined;
+  const base = st.handled >= k.minJobs ? st : noFigures();
+  const worse = (
+    check: CohortCheck,
+    what: string,
+    cPart: number,
+    sPart: number,
+    limit: number,
+    detail = '',
+  ) => {
+    const cr = ratio(cPart, c);
+    const sr = ratio(sPart, base);
+    return cr - sr > limit
+      ? {
+          check,
+          reason: `${what}: cohort ${pct(cr)} (${cPart} of ${c.handled}) vs stable ${pct(sr)} (${sPart} of ${base.handled}), more than ${pct(limit)} above${detail}`,
+        }
+      : undefined;
+  };
+  const classes = Object.entries(c.deadLettersByClass ?? {})
+    .sort((a, b) => b[1] - a[1])
+    .map(([cl, v]) => `${cl} ${v}`)
+    .join(', ');
+  const failed =
+    worse(
+      'DeadLetters',
+      'dead-lettered per handled delivery',
+      c.deadLettered,
+      base.deadLettered,
+      k.maxDeadLetterRatioIncrease,
+      classes ? `; by failure class: ${classes}` : '',
+    ) ??
+    worse(
+      'Duplicates',
+      'duplicates suppressed and claim conflicts per handled delivery',
+      c.duplicates,
+      base.duplicates,
+      k.maxDuplicateRatioIncrease,
+    ) ??
+    worse(
+      'Retries',
+      'retries per handled delivery',
+      c.retried,
+      base.retried,
+      k.maxRetryRatioIncrease,
+    );
+  if (failed) return failed;
+  const cp = p95(c);
+  const sp = base.handled > 0 ? p95(base) : undefined;
+  if (cp !== undefined && sp !== undefined) {
+    // Bucket bounds are coarse: the bucket above the stable's is always allowed.
+    const above = LATENCY_BOUNDS[LATENCY_BOUNDS.indexOf(sp) + 1] ?? Infinity;
+    const limit = Math.max(sp * k.maxLatencyP95Ratio, above);
+    if (cp > limit)
+      return {
+        check: 'Latency',
+        reason: `handler latency p95: cohort ≤${cp} s vs stable ≤${sp} s, more than ${k.maxLatencyP95Ratio}× (limit ${limit} s)`,
+      };
+  }
+  return undefined;
+}
+
+function aborting(
+  s: CohortState,
+  now: Date,
+  drainSeconds: number,
+  check: CohortCheck,
+  reason: string,
+  events: CohortOutput['events'],
+): CohortState {
+  const a: CohortState = {
+    ...s,
+    phase: 'Aborting',
+    check,
+    reason,
+    stepStartedAt: iso(now),
+    drainDeadline: iso(new Date(now.getTime() + drainSeconds * 1000)),
+    replicas: 0,
+    message: `Aborting: draining the cohort first (deadline ${iso(new Date(now.getTime() + drainSeconds * 1000))}); revision ${s.stable} keeps consuming.`,
+  };
+  delete a.analysisUntil;
+  delete a.overObjectiveSince;
+  events.push({
+    type: 'Warning',
+    reason: 'CohortAborted',
+    message: `Revision ${s.revision} aborted at step ${s.step} of ${s.steps} (${check}): ${reason}. Its cohort drains first; revision ${s.stable} keeps consuming.`,
+  });
+  return a;
+}
+
+function abortingStep(
+  i: CohortInput,
+  s: CohortState,
+  events: CohortOutput['events'],
+  memory: FiguresMemory = {},
+): CohortOutput {
+  const gone = i.cohortPods === 0;
+  const deadline = i.now.getTime() >= Date.parse(s.drainDeadline ?? s.stepStartedAt);
+  if (gone || deadline) {
+    const message = `Revision ${s.revision} was aborted at step ${s.step} of ${s.steps} (${s.check}): ${s.reason}. Its cohort was drained (${gone ? 'its pods are gone' : `the deadline passed with ${i.cohortPods ?? '?'} pods left`}); revision ${s.stable} runs the fleet.`;
+    const finished: LastCohort = {
+      revision: s.revision,
+      stable: s.stable,
+      result: 'Aborted',
+      ...(s.check && { check: s.check }),
+      message,
+      finishedAt: iso(i.now),
+    };
+    events.push({ type: gone ? 'Normal' : 'Warning', reason: 'CohortDrained', message });
+    return {
+      state: undefined,
+      finished,
+      stable: { replicas: i.total, promoted: false },
+      events,
+      progressing: {
+        type: 'Progressing',
+        status: 'False',
+        reason: 'CohortAborted',
+        message,
+      },
+      requeueMs: 5000,
+    };
+  }
+  return {
+    state: s,
+    cohort: { replicas: 0, prefetch: i.prefetch },
+    stable: { replicas: i.total, promoted: false },
+    memory,
+    events,
+    progressing: {
+      type: 'Progressing',
+      status: 'True',
+      reason: 'CohortAborting',
+      message: `Revision ${s.revision} aborted (${s.check}): ${s.reason}. Draining its cohort first${i.cohortPods !== undefined ? `: ${plural(i.cohortPods, 'pod')} left` : ''}; deadline ${s.drainDeadline}.`,
+    },
+    requeueMs: 1000,
+  };
+}
+
+function promotingStep(
+  i: CohortInput,
+  s: CohortState,
+  events: CohortOutput['events'],
+  memory: FiguresMemory = {},
+): CohortOutput {
+  // First the stable Deployment's own pods roll to the revision (a rolling
+  // update of its share alone: none at a 100% step); then it grows to the
+  // whole fleet and the cohort gives way as its pods become ready, so that
+  // consumers never exceed the fleet's total, nor fall below it.
+  const ready = i.stableReady ?? 0;
+  const replicas = i.promoted ? Math.max(0, i.total - ready) : s.replicas;
+  const stableReplicas = i.promoted ? i.total : s.stableReplicas;
+  if (i.promoted && ready >= i.total && (i.cohortPods ?? replicas) === 0) {
+    const message = `Revision ${s.revision} was promoted through ${plural(s.steps, 'step')}: it runs the whole fleet (${plural(i.total, 'replica')}); revision ${s.stable} is gone.`;
+    events.push({ type: 'Normal', reason: 'CohortPromoted', message });
+    return {
+      state: undefined,
+      finished: {
+        revision: s.revision,
+        stable: s.stable,
+        result: 'Promoted',
+        message,
+        finishedAt: iso(i.now),
+      },
+      stable: { replicas: i.total, promoted: true },
+      events,
+      progressing: { type: 'Progressing', status: 'False', reason: 'CohortPromoted', message },
+      requeueMs: 5000,
+    };
+  }
+  const state = { ...s, replicas, stableReplicas };
+  return {
+    state,
+    cohort: { replicas, prefetch: s.replicas === replicas ? prefetchOf(i, s) : i.prefetch },
+    stable: { replicas: stableReplicas, promoted: true },
+    memory,
+    events,
+    progressing: {
+      type: 'Progressing',
+      status: 'True',
+      reason: 'CohortPromoting',
+      message: `Revision ${s.revision} passed every step: the stable Deployment ${i.promoted ? `runs it (${ready} of ${i.total} ready)` : `rolls its ${plural(s.stableReplicas, 'replica')} to it`}; the cohort has ${plural(replicas, 'replica')} left.`,
+    },
+    requeueMs: 2000,
+  };
+}
