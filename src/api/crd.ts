@@ -122,6 +122,7 @@ export function jobWorkerCrd(): Schema {
         description: 'What set the replica count: age, downstream, maxReplicas, signalMissing…',
       },
       { name: 'Revision', type: 'string', jsonPath: '.status.currentRevision' },
+      { name: 'Step', type: 'integer', jsonPath: '.status.cohort.step' },
       { name: 'Phase', type: 'string', jsonPath: '.status.phase' },
       { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
     ],

@@ -796,6 +796,11 @@ export const jobWorkerStatus = z
           })
           .optional()
           .describe('Cohort and stable figures over the step’s window, from the workers'),
+        baseline: revisionFigures
+          .optional()
+          .describe(
+            'The stable revision’s figures from the last step where it handled enough: what a step whose stable share is too small (100%) is compared with',
+          ),
         drainDeadline: z
           .string()
           .optional()

@@ -1,6 +1,7 @@
 // What `kubectl jobworker status|history|why` print, pure: a JobWorker in,
 // lines and an exit code out.
-import type { Condition, JobWorkerStatus } from '../api/jobworker.js';
+import type { Condition, JobWorkerStatus, RevisionFigures } from '../api/jobworker.js';
+import { p95 } from '../reconcile/cohort-figures.js';
 
 export interface JobWorkerView {
   metadata: { name: string; namespace?: string; generation?: number };
@@ -52,6 +53,11 @@ export function statusLines(jw: JobWorkerView, now = new Date()): string[] {
       `Analysis:    revision ${a.revision} watched against ${a.stable} for rising age or crash loops, ${left} s of ${window} s left${a.overObjectiveSince ? `; over the objective since ${a.overObjectiveSince}` : ''}`,
     );
   }
+  if (st.cohort) lines.push(...cohortLines(st.cohort, now));
+  else if (st.lastCohort)
+    lines.push(
+      `Last cohort: revision ${st.lastCohort.revision} ${st.lastCohort.result}${st.lastCohort.check ? ` (${st.lastCohort.check})` : ''} at ${st.lastCohort.finishedAt}`,
+    );
   if (st.deadLetters)
     lines.push(
       `Dead letters: ${st.deadLetters.quarantined} quarantined${st.deadLetters.oldestDeadLetteredAt ? `, oldest from ${st.deadLetters.oldestDeadLetteredAt}` : ''} (owner ${st.deadLetters.owner ?? '-'})`,
@@ -74,6 +80,38 @@ export function statusLines(jw: JobWorkerView, now = new Date()): string[] {
         (type !== 'Progressing' && type !== 'WorkersReady' && c.status === 'True'));
     if (notable) lines.push(`${`${type}:`.padEnd(13)}${c.reason} — ${c.message}`);
   }
+  return lines;
+}
+
+/** A Cohort rollout: its step, the time left, and cohort against stable, check by check. */
+function cohortLines(c: NonNullable<JobWorkerStatus['cohort']>, now: Date): string[] {
+  const left = c.analysisUntil
+    ? `, ${Math.max(0, Math.round((Date.parse(c.analysisUntil) - now.getTime()) / 1000))} s left`
+    : '';
+  const lines = [
+    `Cohort:      revision ${c.revision} beside ${c.stable}, step ${c.step} of ${c.steps} (${c.phase}${left}): ${c.replicas} cohort, ${c.stableReplicas} stable replicas`,
+  ];
+  if (c.reason) lines.push(`             aborted on ${c.check ?? '?'}: ${c.reason}`);
+  const f = c.figures;
+  if (!f) return lines;
+  const share = (n: number, r: RevisionFigures) =>
+    r.handled ? `${((100 * n) / r.handled).toFixed(1)}%` : '-';
+  const latency = (r: RevisionFigures) => {
+    const p = p95(r);
+    return p === undefined ? '-' : Number.isFinite(p) ? `≤${p} s` : '>120 s';
+  };
+  const rows: Array<[string, (r: RevisionFigures) => string]> = [
+    ['handled', (r) => String(r.handled)],
+    ['dead-lettered', (r) => share(r.deadLettered, r)],
+    ['retried', (r) => share(r.retried, r)],
+    ['duplicates', (r) => share(r.duplicates, r)],
+    ['p95 latency', latency],
+    ['restarts', (r) => String(r.restarts)],
+  ];
+  lines.push(`  ${'since'.padEnd(15)}${f.since}`);
+  lines.push(`  ${'check'.padEnd(15)}${'cohort'.padEnd(12)}stable`);
+  for (const [label, v] of rows)
+    lines.push(`  ${label.padEnd(15)}${v(f.cohort).padEnd(12)}${v(f.stable)}`);
   return lines;
 }
 
@@ -128,7 +166,16 @@ export function whyLines(jw: JobWorkerView): string[] {
     out.push(`Not scaling on queue age (${scaling.reason}): ${scaling.message}`);
   const dl = cond(jw, 'DeadLettersOverdue');
   if (dl?.status === 'True') out.push(`Dead letters overdue (${dl.reason}): ${dl.message}`);
-  if (jw.status?.abortedRevision)
+  const lastCohort = jw.status?.lastCohort;
+  if (
+    jw.status?.abortedRevision &&
+    lastCohort?.result === 'Aborted' &&
+    lastCohort.revision === jw.status.abortedRevision
+  )
+    out.push(
+      `Revision ${lastCohort.revision}'s cohort was aborted (${lastCohort.check ?? '?'}): ${lastCohort.message} It stays off until the spec changes: fix it and apply a new revision.`,
+    );
+  else if (jw.status?.abortedRevision)
     out.push(
       `Revision ${jw.status.abortedRevision} was rolled back automatically (${jw.status.lastRollback?.message ?? 'see kubectl describe'}). It stays off until the spec changes: fix it and apply a new revision.`,
     );

@@ -14,6 +14,7 @@ import { KubeAccess } from '../kube/kubeconfig.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
 import { revisionRecordName } from '../reconcile/desired.js';
 import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../reconcile/pause.js';
+import { ANNOTATION_COHORT_COMMAND, type CohortCommand } from '../reconcile/cohort.js';
 import { runDlq } from './dlq.js';
 import { historyLines, statusLines, verdict, whyLines } from './jobworker-view.js';
 
@@ -31,6 +32,9 @@ commands:
   pause NAME --reason TEXT                stop the fleet: consumers drain, then 0 replicas are held
                                           (scaling and rollouts hold); who and why go in an event
   resume NAME --reason TEXT               replicas follow the scaler again
+  promote NAME --reason TEXT              a Cohort rollout: skip the current step's analysis and go on
+  abort NAME --reason TEXT                a Cohort rollout: stop it; the cohort drains first, the stable
+                                          revision keeps the fleet (who and why go in status and events)
   dlq list|show|replay|discard NAME [ID]  its dead letters (options as for "jobfleet dlq")
 
   version                                 this plugin's version
@@ -177,6 +181,17 @@ async function main(argv: string[]): Promise<number> {
       if (!name || !values.reason?.trim()) return usage(`${command} NAME --reason TEXT`);
       return setPaused(client, await get(name), command === 'pause', values.reason.trim());
     }
+    case 'promote':
+    case 'abort': {
+      const { values, positionals } = parseArgs({
+        args,
+        allowPositionals: true,
+        options: { reason: { type: 'string' } },
+      });
+      const name = positionals[0];
+      if (!name || !values.reason?.trim()) return usage(`${command} NAME --reason TEXT`);
+      return cohortCommand(client, await get(name), command, values.reason.trim());
+    }
     case 'dlq': {
       const [sub, name, ...passOn] = args;
       if (!sub || !name || name.startsWith('-'))
@@ -313,6 +328,42 @@ async function whoAmI(client: KubeClient): Promise<string> {
     )
     .catch(() => undefined);
   return review?.status?.userInfo?.username ?? process.env.USER ?? os.userInfo().username;
+}
+
+/** Asks the operator to skip the cohort's current step, or to abort the cohort (./cohort.ts). */
+async function cohortCommand(
+  client: KubeClient,
+  jw: JobWorkerObject,
+  action: 'promote' | 'abort',
+  reason: string,
+): Promise<number> {
+  const name = jw.metadata.name;
+  const c = jw.status?.cohort;
+  if (!c || c.phase === 'Aborting' || c.phase === 'Promoting') {
+    console.error(
+      `${name} has no cohort step to ${action}${c ? ` (its cohort is ${c.phase.toLowerCase()})` : ' (no Cohort rollout in progress)'}; see kubectl jobworker status ${name}`,
+    );
+    return 1;
+  }
+  const command: CohortCommand = {
+    action,
+    revision: c.revision,
+    ...(action === 'promote' && { step: c.step }),
+    by: await whoAmI(client),
+    reason,
+  };
+  await client.request(
+    'PATCH',
+    resourcePath(API_VERSION, KIND, jw.metadata.namespace, name),
+    { metadata: { annotations: { [ANNOTATION_COHORT_COMMAND]: JSON.stringify(command) } } },
+    'application/merge-patch+json',
+  );
+  console.log(
+    action === 'promote'
+      ? `${name}: revision ${c.revision} skips the analysis of step ${c.step} of ${c.steps}. Follow it with: kubectl jobworker status ${name} --watch`
+      : `${name}: aborting revision ${c.revision}: its cohort drains first, revision ${c.stable} keeps the fleet. Follow it with: kubectl jobworker status ${name} --watch`,
+  );
+  return 0;
 }
 
 /** Flips spec.paused, with who and why beside it (the operator's event and status quote them). */

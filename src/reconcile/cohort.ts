@@ -74,6 +74,11 @@ export const COHORT_CHECKS = [
 ] as const;
 export type CohortCheck = (typeof COHORT_CHECKS)[number] | 'Manual' | 'SpecChanged';
 
+/** Standard errors beyond a check's limit before a ratio fails it. */
+const SIGNIFICANCE = 3;
+/** Duplicates the cohort should have suppressed, at the stable revision's rate, before a collapse is judged. */
+const COLLAPSE_EXPECTED = 10;
+
 /** The cohort's replicas at a step of a fleet of `total`: never more than the fleet. */
 export function cohortReplicas(step: CohortStep, total: number): number {
   if (total <= 0) return 0;
@@ -241,7 +246,9 @@ export function cohortStep(i: CohortInput): CohortOutput {
       });
       return promotingStep(i, promoting, events, {});
     }
-    const next = startStep(i, s.step + 1, now);
+    const stableNow = s.figures!.stable;
+    const baseline = stableNow.handled >= i.checks.minJobs ? stableNow : s.baseline;
+    const next: CohortState = { ...startStep(i, s.step + 1, now), ...(baseline && { baseline }) };
     events.push({
       type: 'Normal',
       reason: 'CohortStep',
@@ -348,9 +355,10 @@ function judge(i: CohortInput, s: CohortState): { check: CohortCheck; reason: st
       reason: `queue age rose from ${Math.round(s.ageAtStart ?? 0)} s to ${Math.round(i.ageSeconds!)} s, past the ${i.objectiveSeconds} s objective`,
     };
   // Ratios are judged once the cohort has handled enough to say something;
-  // a stable side with too little (a 100% step) is compared as zero.
+  // a stable side with too little (a 100% step) is replaced by what it did
+  // in an earlier step, else compared as zero (a fleet of one).
   if (c.handled < k.minJobs) return undefined;
-  const base = st.handled >= k.minJobs ? st : noFigures();
+  const base = st.handled >= k.minJobs ? st : (s.baseline ?? noFigures());
   const worse = (
     check: CohortCheck,
     what: string,
@@ -361,7 +369,12 @@ function judge(i: CohortInput, s: CohortState): { check: CohortCheck; reason: st
   ) => {
     const cr = ratio(cPart, c);
     const sr = ratio(sPart, base);
-    return cr - sr > limit
+    // Not a chance difference: beyond the limit by three standard errors of
+    // the two rates (counts per delivery, Poisson), so that a small cohort's
+    // few jobs do not abort a good revision.
+    const pooled = (cPart + sPart) / (c.handled + base.handled);
+    const se = Math.sqrt(pooled * (1 / c.handled + (base.handled ? 1 / base.handled : 0)));
+    return cr - sr > limit + SIGNIFICANCE * se
       ? {
           check,
           reason: `${what}: cohort ${pct(cr)} (${cPart} of ${c.handled}) vs stable ${pct(sr)} (${sPart} of ${base.handled}), more than ${pct(limit)} above${detail}`,
@@ -396,6 +409,17 @@ function judge(i: CohortInput, s: CohortState): { check: CohortCheck; reason: st
       k.maxRetryRatioIncrease,
     );
   if (failed) return failed;
+  // Suppression collapsed: the stable revision suppresses duplicates that the
+  // cohort runs again (its claims are not where the stable revision's are, or
+  // its keys no longer match theirs). Judged once the cohort should have
+  // suppressed enough to tell.
+  const sDup = ratio(base.duplicates, base);
+  const cDup = ratio(c.duplicates, c);
+  if (base.handled > 0 && sDup * c.handled >= COLLAPSE_EXPECTED && cDup < sDup / 4)
+    return {
+      check: 'Duplicates',
+      reason: `duplicate suppression collapsed: cohort ${pct(cDup)} (${c.duplicates} of ${c.handled}) of its deliveries suppressed as duplicates or claim conflicts vs stable ${pct(sDup)} (${base.duplicates} of ${base.handled}); the cohort runs again what the stable revision suppresses`,
+    };
   const cp = p95(c);
   const sp = base.handled > 0 ? p95(base) : undefined;
   if (cp !== undefined && sp !== undefined) {

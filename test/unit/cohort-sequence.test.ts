@@ -21,6 +21,7 @@ import {
 } from '../../src/reconcile/cohort.js';
 import { LATENCY_BOUNDS, type PodCounters } from '../../src/reconcile/cohort-figures.js';
 import { cohortDeploymentName, revisionOf } from '../../src/reconcile/desired.js';
+import { prng } from '../ground/prng.js';
 import type { Observation } from '../../src/reconcile/observation.js';
 import {
   planJobWorker,
@@ -43,6 +44,8 @@ interface Behaviour {
   /** handler latency, seconds */
   latency?: number;
   crashLoop?: boolean;
+  /** outcomes drawn at random (seeded) instead of every 1/rate-th job */
+  random?: boolean;
 }
 
 interface Pod {
@@ -112,6 +115,7 @@ class World {
   readonly records = new Map<string, Record<string, unknown>>();
   private memory: ScalingMemory | undefined;
   private nextPod = 1;
+  private readonly random = prng(7);
   operatorDown: (t: number) => boolean = () => false;
   age: (t: number) => number = () => 2;
 
@@ -348,7 +352,10 @@ class World {
         c.handled++;
         // deterministic shares: every 1/rate-th job
         const k = c.handled;
-        const hit = (rate = 0) => rate > 0 && Math.floor(k * rate) > Math.floor((k - 1) * rate);
+        const hit = (rate = 0) =>
+          b.random
+            ? this.random() < rate
+            : rate > 0 && Math.floor(k * rate) > Math.floor((k - 1) * rate);
         if (hit(b.deadLetter)) {
           c.deadLettered++;
           c.deadLettersByClass.permanent = (c.deadLettersByClass.permanent ?? 0) + 1;
@@ -567,6 +574,28 @@ describe('Cohort strategy: aborts', () => {
         reason: 'CohortAborted',
       });
       expect(w.violations).toEqual([]);
+    },
+  );
+
+  it('aborts when duplicate suppression collapses: the stable revision suppresses duplicates the cohort runs again', () => {
+    const w = steady({ '1': { duplicate: 0.2 }, '2': {} });
+    w.edit(image2());
+    w.until('aborted', (x) => x.status?.lastCohort?.result === 'Aborted', 600);
+    expect(w.status?.lastCohort).toMatchObject({ check: 'Duplicates' });
+    expect(w.status?.lastCohort?.message).toMatch(
+      /duplicate suppression collapsed: cohort 0\.0% \(0 of \d+\) .* vs stable 2\d\.\d%/,
+    );
+  });
+
+  it.each([1, 2, 3])(
+    'does not abort a revision as good as the stable one, whose outcomes are random (seed %i)',
+    (seed) => {
+      const noisy: Behaviour = { deadLetter: 0.05, retry: 0.2, duplicate: 0.1, random: true };
+      const w = steady({ '1': noisy, '2': noisy });
+      for (let i = 0; i < seed; i++) w.tick();
+      w.edit(image2());
+      w.until('promoted', (x) => !!x.status?.lastCohort, 1200);
+      expect(w.status?.lastCohort?.message).toContain('promoted');
     },
   );
 
