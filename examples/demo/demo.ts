@@ -3,7 +3,8 @@
 // the example JobWorker, real worker processes (the local runner stands in
 // for the kubelet), real RabbitMQ and PostgreSQL. A burst of orders makes the
 // fleet scale up on queue age — capped by the carrier's budget — and back
-// down; then a drain-first rollback; then a blocked idempotency-key change.
+// down; then a drain-first rollback; then a blocked idempotency-key change;
+// then two Cohort rollouts: one promoted step by step, one aborted.
 // It ends by itself with a summary and cleans up after itself.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -213,6 +214,71 @@ async function main(): Promise<number> {
     await until('unblocked', (jw) => cond(jw, 'RolloutBlocked')?.status === 'False');
     say('restored the rule → unblocked; revision 1 kept consuming throughout');
 
+    // --- 4. Cohort rollouts: one promoted, one aborted -------------------------------------------
+    const cohortSpec = (image: string, env: Array<{ name: string; value: string }> = []) => {
+      const s = structuredClone(manifest.spec);
+      s.image = image;
+      s.podTemplate = { ...s.podTemplate, env: [...(s.podTemplate?.env ?? []), ...env] };
+      s.rollout = {
+        ...s.rollout,
+        strategy: 'Cohort',
+        steps: [
+          { cohort: { replicas: 1, prefetch: 2 }, analysisSeconds: 10 },
+          { cohort: { percent: 50 }, analysisSeconds: 10 },
+          { cohort: { percent: 100 }, analysisSeconds: 10 },
+        ],
+        cohortChecks: { minJobs: 30 },
+      };
+      return s;
+    };
+    const cohortRollout = async (spec: JobWorkerSpecInput, label: string, count: number) => {
+      const before = (await get()).status?.lastCohort?.finishedAt;
+      const orders = produce({
+        brokerUrl: rabbit.amqpUrl,
+        queue: QUEUE,
+        count,
+        ratePerSecond: 30,
+        prefix: label,
+      });
+      await apply(spec);
+      let last = '';
+      const jw = await until(
+        `the ${label} cohort rollout`,
+        (j) => {
+          const c = j.status?.cohort;
+          const here = c ? `${c.step}/${c.steps} ${c.phase}` : '';
+          if (c && here !== last) {
+            say(
+              `cohort step ${c.step} of ${c.steps}, ${c.phase}: revision ${c.revision} on ${c.replicas} cohort replicas, revision ${c.stable} on ${c.stableReplicas}`,
+            );
+            last = here;
+          }
+          const done = j.status?.lastCohort;
+          return !!done && done.finishedAt !== before;
+        },
+        180_000,
+      );
+      await orders;
+      say(`${jw.status?.lastCohort?.result}: ${jw.status?.lastCohort?.message}`);
+      return jw.status!.lastCohort!;
+    };
+    say(
+      'Cohort rollout of order-worker:1.2.0: a small cohort first, grown while it does as well as the stable revision',
+    );
+    const promoted = await cohortRollout(
+      cohortSpec('registry.example.com/shipping/order-worker:1.2.0'),
+      'c1',
+      1800,
+    );
+    say('Cohort rollout of order-worker:1.3.0, whose carrier refuses one order in ten');
+    const aborted = await cohortRollout(
+      cohortSpec('registry.example.com/shipping/order-worker:1.3.0', [
+        { name: 'CARRIER_REJECT_EVERY', value: '10' },
+      ]),
+      'c2',
+      600,
+    );
+
     const { rows } = await db.pool.query<{ n: number }>(
       `select count(*)::int as n from jobfleet_claims where state = 'completed'`,
     );
@@ -222,9 +288,13 @@ Summary
   scaling                   1 → ${peak} → 1 workers on queue age; limited by ${[...limits].join(', ')}
   rollback                  2 → 1, drain first (${ordered ? 'order held' : 'ORDER VIOLATED'}), ${done.status?.lastRollback?.result}
   blocked change            ${cond(blocked, 'RolloutBlocked')?.reason}
+  cohort rollout            1.2.0 (revision ${promoted.revision}) ${promoted.result} through 3 steps
+  cohort rollout            1.3.0 (revision ${aborted.revision}) ${aborted.result} on ${aborted.check ?? '?'}, cohort drained first
   wall time                 ${((Date.now() - started) / 1000).toFixed(0)} s
 `);
-    return ordered && peak > 1 ? 0 : 1;
+    return ordered && peak > 1 && promoted.result === 'Promoted' && aborted.result === 'Aborted'
+      ? 0
+      : 1;
   } finally {
     say('cleaning up (workers, operator, queues, schema, control plane)…');
     for (const c of cleanups) await c().catch(() => undefined);

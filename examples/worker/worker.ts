@@ -5,11 +5,14 @@
 //
 // The simulated carrier takes CARRIER_LATENCY_MS per call (default 100) and
 // answers 429 with Retry-After when more than CARRIER_MAX_CONCURRENCY calls
-// are in flight in this process (default: no limit).
+// are in flight in this process (default: no limit). CARRIER_REJECT_EVERY=N
+// makes it refuse one order in N for good (the demo's faulty revision).
+import { createHash } from 'node:crypto';
 import { createWorker, Permanent, Throttled } from '../../worker/index.js';
 
 const latencyMs = Number(process.env.CARRIER_LATENCY_MS ?? 100);
 const maxConcurrency = Number(process.env.CARRIER_MAX_CONCURRENCY ?? Infinity);
+const rejectEvery = Number(process.env.CARRIER_REJECT_EVERY ?? 0);
 let inFlight = 0;
 
 interface ShipOrder {
@@ -21,6 +24,8 @@ interface ShipOrder {
 async function carrierShip(order: ShipOrder, idempotencyKey: string, signal: AbortSignal) {
   if (inFlight >= maxConcurrency)
     throw new Throttled('carrier answered 429', { retryAfterMs: 1000 });
+  if (rejectEvery && createHash('sha256').update(order.orderId).digest()[0]! % rejectEvery === 0)
+    throw new Permanent(`carrier refused order ${order.orderId}: address does not validate`);
   inFlight++;
   try {
     await new Promise<void>((resolve, reject) => {
