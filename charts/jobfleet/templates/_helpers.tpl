@@ -34,7 +34,7 @@ it makes (test/integration/chart.test.ts compares them with a recorded run).
   verbs: [patch]
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [list, watch, create, patch]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [apps]
   resources: [controllerrevisions]
   verbs: [get, create, delete]
