@@ -411,6 +411,7 @@ describe('the Helm chart, installed', () => {
       image: string,
       rollout?: Record<string, unknown>,
       scaling?: Record<string, unknown>,
+      more?: Record<string, unknown>,
     ) =>
       admin.apply(
         {
@@ -421,6 +422,7 @@ describe('the Helm chart, installed', () => {
             image,
             ...(rollout && { rollout }),
             ...(scaling && { scaling: { ...example.spec.scaling, ...scaling } }),
+            ...more,
           },
         },
         'test-user',
@@ -480,6 +482,35 @@ describe('the Helm chart, installed', () => {
     await eventually('the pod chosen for removal marked', () =>
       Promise.resolve(used.has('|pods|patch') || undefined),
     );
+    // A Cohort rollout, aborted by hand: the cohort's Deployment is created, then deleted.
+    await applyJw(
+      `${example.spec.image}-hotfix3`,
+      { historyLimit: 1, strategy: 'Cohort', steps: [{ cohort: { replicas: 1 } }] },
+      { minReplicas: 1, maxReplicas: 1 },
+      // the abort's drain ends within the 15 s margin
+      { shutdown: { drainDeadlineSeconds: 0 } },
+    );
+    const cohort = await eventually('a cohort', async () => (await jw()).status?.cohort);
+    await admin.request(
+      'PATCH',
+      `/apis/jobfleet.dev/v1alpha1/namespaces/${ns.namespace}/jobworkers/order-shipper`,
+      {
+        metadata: {
+          annotations: {
+            'jobfleet.dev/cohort-command': JSON.stringify({
+              action: 'abort',
+              revision: (cohort as { revision: string }).revision,
+              by: 'ops',
+              reason: 'rbac test',
+            }),
+          },
+        },
+      },
+      'application/merge-patch+json',
+    );
+    await eventually('the aborted cohort’s Deployment deleted', () =>
+      Promise.resolve(used.has('apps|deployments|delete') || undefined),
+    );
     await admin.apply(
       {
         apiVersion: 'jobfleet.dev/v1alpha1',
@@ -536,7 +567,7 @@ describe('the Helm chart, installed', () => {
     expect(compareRbac(extra, used).unused).toEqual(['|secrets|list']);
 
     await uninstall(release);
-  });
+  }, 150_000);
 
   it("a namespace's editors may change its JobWorkers and JobReplays, its viewers only read them (aggregated roles)", async () => {
     const release = await install();

@@ -209,7 +209,7 @@ describe('the Cohort strategy on real workers', () => {
     expect(
       await client.find('apps/v1', 'Deployment', g.ns.namespace, 'shipper-cohort'),
     ).toBeUndefined();
-  });
+  }, 420_000);
 
   it('aborts a revision that dead-letters one job in ten at step 1, with the figures in status; the cohort drains first while revision 1 consumes throughout', async () => {
     op = await testOperator(client, g.ns.namespace, { pollMs: 1000 });
@@ -235,7 +235,7 @@ describe('the Cohort strategy on real workers', () => {
     );
     expect(status.phase).toBe('Degraded');
     await assertDrainedFirst(from, to, status);
-  });
+  }, 300_000);
 
   it('aborts a revision whose duplicate suppression collapses (its claims are elsewhere) at step 1; the cohort drains first while revision 1 consumes throughout', async () => {
     const elsewhere = await usePostgres();
@@ -263,7 +263,7 @@ describe('the Cohort strategy on real workers', () => {
     expect(status.lastCohort.message).toContain('duplicate suppression collapsed');
     await assertDrainedFirst(from, to, status);
     await elsewhere.cleanup();
-  });
+  }, 300_000);
 });
 
 /**

@@ -191,7 +191,9 @@ describe('JobWorker → worker Deployment', () => {
       updateRevision: '1',
     });
     const table = (await kubectl('get', 'jobfleet')).stdout;
-    expect(table).toMatch(/NAME\s+DESIRED\s+READY\s+OLDEST\s+LIMITED BY\s+REVISION\s+PHASE\s+AGE/);
+    expect(table).toMatch(
+      /NAME\s+DESIRED\s+READY\s+OLDEST\s+LIMITED BY\s+REVISION\s+STEP\s+PHASE\s+AGE/,
+    );
     // No age without a readable queue (this management URL answers nothing): what scaling lacks says so.
     expect(table).toMatch(/order-shipper\s+1\s+1\s+signalMissing\s+1\s+Healthy/);
   });
