@@ -10,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import amqp from 'amqplib';
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
+import { API_VERSION, KIND, parseSpec, type JobWorkerStatus } from '../api/jobworker.js';
 import {
   REPLAY_KIND,
   parseReplaySpec,
@@ -19,7 +19,7 @@ import {
 } from '../api/jobreplay.js';
 import { replay, type ReplayProgress } from '../dlq/replay.js';
 import { askHold, holdGate } from '../dlq/replay-gate.js';
-import type { Hold } from '../dlq/replay-hold.js';
+import { replayRate, type Hold } from '../dlq/replay-hold.js';
 import { DeadLetterStore } from '../dlq/store.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder } from '../kube/events.js';
@@ -130,7 +130,27 @@ export class JobReplayController {
           'ReplayStarted',
           `${spec.initiator} replays dead letters of ${spec.jobWorker} at ${spec.ratePerSecond}/s (max ${spec.maxCount}): ${spec.reason}`,
         );
-      await this.writeStatus(jr, { phase: 'Running', startedAt, message: 'Replaying.' });
+      // Replayed jobs share the downstream budget with first attempts: never faster than it allows.
+      const jw = await this.d.client.find<KubeObject & { status?: JobWorkerStatus }>(
+        API_VERSION,
+        KIND,
+        jr.metadata.namespace,
+        spec.jobWorker,
+      );
+      const parsed = jw ? parseSpec(jw.spec) : undefined;
+      const rate = replayRate(spec.ratePerSecond, parsed?.ok ? parsed.spec : undefined, jw?.status);
+      if (rate.capped)
+        await this.d.events.emit(
+          target,
+          'Normal',
+          'ReplayRateCapped',
+          `Replaying at ${rate.capped}.`,
+        );
+      await this.writeStatus(jr, {
+        phase: 'Running',
+        startedAt,
+        message: rate.capped ? `Replaying at ${rate.capped}.` : 'Replaying.',
+      });
 
       let lastWrite = 0;
       let writing: Promise<unknown> = Promise.resolve();
@@ -153,7 +173,7 @@ export class JobReplayController {
           reason: spec.force
             ? `${spec.reason} (forced: replayed whatever the incident)`
             : spec.reason,
-          ratePerSecond: spec.ratePerSecond,
+          ratePerSecond: rate.rate,
           burst: spec.burst,
           maxCount: spec.maxCount,
           failureThreshold: spec.failureThreshold,

@@ -7,7 +7,7 @@
 // arriving; it goes on by itself once none holds. The JobReplay controller
 // reads the JobWorker's status and the quarantine, and asks here.
 import type { HOLD_REASONS } from '../api/jobreplay.js';
-import type { JobWorkerStatus } from '../api/jobworker.js';
+import type { JobWorkerSpec, JobWorkerStatus } from '../api/jobworker.js';
 
 /** Dead letters of the selected class within this long mean the incident still produces failures. */
 export const ARRIVING_WINDOW_MS = 120_000;
@@ -54,4 +54,30 @@ export function replayHold(v: HoldView): Hold | undefined {
       message: `${v.recentDeadLetters} dead letters${v.failureClass ? ` of class ${v.failureClass}` : ''} arrived in the last ${ARRIVING_WINDOW_MS / 60_000} minutes: the incident is still producing failures.`,
     };
   return undefined;
+}
+
+/**
+ * A replay's rate, capped by the downstream budget. Replayed jobs run on the
+ * same workers as first attempts, so the fleet's in-flight count already
+ * holds them to the budget; publishing faster than the budget lets the fleet
+ * complete them (capacity per replica × the replicas the budget allows) only
+ * grows the backlog, which the age hold would then stop. Uncapped when the
+ * JobWorker declares no budget or no capacity is known yet.
+ */
+export function replayRate(
+  requested: number,
+  spec: Pick<JobWorkerSpec, 'broker' | 'scaling'> | undefined,
+  status: JobWorkerStatus | undefined,
+): { rate: number; capped?: string } {
+  const budget = spec?.scaling.downstream?.maxConcurrency;
+  const perReplica = status?.capacityPerReplica;
+  if (!spec || !budget || !perReplica) return { rate: requested };
+  const replicas = Math.max(1, Math.floor(budget / spec.broker.prefetch));
+  const ceiling = Math.max(0.01, Math.round(perReplica * replicas * 100) / 100);
+  return requested <= ceiling
+    ? { rate: requested }
+    : {
+        rate: ceiling,
+        capped: `${requested}/s capped at ${ceiling}/s: the downstream budget (maxConcurrency ${budget}) lets ${replicas} replicas of ${perReplica} jobs/s each complete no more`,
+      };
 }

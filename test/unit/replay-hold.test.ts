@@ -3,7 +3,7 @@
 // throttled, and no failure of the class arrived lately.
 import { describe, expect, it } from 'vitest';
 import type { JobWorkerStatus } from '../../src/api/jobworker.js';
-import { replayHold } from '../../src/dlq/replay-hold.js';
+import { replayHold, replayRate } from '../../src/dlq/replay-hold.js';
 
 const healthy: JobWorkerStatus = {
   phase: 'Healthy',
@@ -77,5 +77,26 @@ describe('replayHold', () => {
 
   it('an unknown age (no queue signal) does not hold', () => {
     expect(hold({ phase: 'Healthy' })).toBeUndefined();
+  });
+});
+
+describe('a replay’s rate', () => {
+  const spec = (maxConcurrency?: number) => ({
+    broker: { prefetch: 4 } as never,
+    scaling: { ...(maxConcurrency && { downstream: { maxConcurrency } }) } as never,
+  });
+  it('is capped by what the downstream budget lets the fleet complete', () => {
+    // 12 in flight at prefetch 4: 3 replicas, of 5 jobs/s each
+    const r = replayRate(20, spec(12), { capacityPerReplica: 5 });
+    expect(r.rate).toBe(15);
+    expect(r.capped).toBe(
+      '20/s capped at 15/s: the downstream budget (maxConcurrency 12) lets 3 replicas of 5 jobs/s each complete no more',
+    );
+    expect(replayRate(10, spec(12), { capacityPerReplica: 5 })).toEqual({ rate: 10 });
+  });
+  it('is as asked without a budget, or before any capacity is known', () => {
+    expect(replayRate(20, spec(), { capacityPerReplica: 5 })).toEqual({ rate: 20 });
+    expect(replayRate(20, spec(12), {})).toEqual({ rate: 20 });
+    expect(replayRate(20, undefined, undefined)).toEqual({ rate: 20 });
   });
 });
