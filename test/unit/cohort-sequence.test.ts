@@ -171,7 +171,7 @@ class World {
         ok: true,
         stats: {
           type: 'classic',
-          messagesReady: 50,
+          messagesReady: age > 0 ? 50 : 0,
           messagesUnacked: 0,
           consumers: TOTAL,
           headMessageTimestamp: now.getTime() / 1000 - age,
@@ -241,7 +241,7 @@ class World {
       for (const e of plan.events)
         this.events.push({ t: this.t, reason: e.reason, message: e.message });
     this.status = plan.status;
-    this.checkPlan();
+    this.checkPlan(plan);
     return plan;
   }
 
@@ -391,13 +391,14 @@ class World {
     );
   }
 
-  private checkPlan(): void {
+  private checkPlan(plan: Plan): void {
     const v = (m: string) => this.violations.push(`t=${this.t}: ${m}`);
+    const budget = (this.spec.scaling as { downstream: { maxConcurrency: number } }).downstream
+      .maxConcurrency;
     const slots = this.consuming().reduce((n, p) => n + p.prefetch, 0);
-    if (slots > TOTAL * PREFETCH)
-      v(`${slots} delivery slots consume, over the budget ${TOTAL * PREFETCH}`);
-    if (this.consuming().length > TOTAL)
-      v(`${this.consuming().length} pods consume, over ${TOTAL}`);
+    if (slots > budget) v(`${slots} delivery slots consume, over the budget ${budget}`);
+    if (this.consuming().length > plan.desiredReplicas)
+      v(`${this.consuming().length} pods consume, over the ${plan.desiredReplicas} wanted`);
   }
 
   run(seconds: number, each?: (w: World) => void): void {
@@ -527,6 +528,48 @@ describe('Cohort strategy: a healthy revision', () => {
     w.operatorDown = (t) => t >= down && t < down + 20;
     w.restart();
     w.until('promoted', (x) => x.status?.lastCohort?.result === 'Promoted', 1200);
+    expect(w.violations).toEqual([]);
+  });
+});
+
+describe('Cohort strategy and the scaler', () => {
+  it('follows the scaler’s total as it moves mid-step, capped by the downstream budget; slots never exceed it', () => {
+    // a backlog from before: the scaler wants the most, the budget (32 slots) allows 4 of 8
+    const spec = specJson({
+      steps: [
+        { cohort: { replicas: 1 } },
+        { cohort: { percent: 50 }, analysisSeconds: 600 },
+        { cohort: { percent: 100 } },
+      ],
+    });
+    Object.assign(spec.scaling, {
+      minReplicas: 2,
+      maxReplicas: 8,
+      scaleDownStabilizationSeconds: 0,
+    });
+    const w = new World(spec);
+    w.age = () => 60;
+    w.until('revision 1 at the budget', (x) => x.consuming('1').length === 4, 120);
+    w.edit({ ...spec, image: 'registry.example.com/w:2' });
+    w.until('step 2', (x) => x.status?.cohort?.step === 2 && !!x.status.cohort.analysisUntil, 600);
+    expect(w.status?.cohort).toMatchObject({ replicas: 2, stableReplicas: 2 });
+    // the backlog is gone: the fleet goes down mid-step, the cohort keeps its share of it
+    w.age = () => 0;
+    w.until('a smaller fleet', (x) => (x.status?.desiredReplicas ?? 4) < 4, 120);
+    w.until(
+      'the step’s share of it',
+      (x) => {
+        const total = x.status!.desiredReplicas!;
+        return (
+          x.status?.cohort?.step === 2 &&
+          x.consuming().length === total &&
+          x.consuming('2').length === cohortReplicas({ cohort: { percent: 50 } }, total)
+        );
+      },
+      120,
+    );
+    w.until('promoted', (x) => !!x.status?.lastCohort, 1200);
+    expect(w.status?.lastCohort?.result).toBe('Promoted');
     expect(w.violations).toEqual([]);
   });
 });
