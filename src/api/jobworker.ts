@@ -460,7 +460,7 @@ export const jobWorkerSpec = z
           .max(20)
           .optional()
           .describe(
-            'The Cohort strategy’s steps, in order. Default: 1 replica at half the prefetch, then 50%, then 100%, each watched for analysisSeconds',
+            'The Cohort strategy’s steps, in order. Default: 1 replica, then 50%, then 100%, each watched for analysisSeconds',
           ),
         cohortChecks: cohortChecks.optional(),
       })

@@ -1,7 +1,7 @@
 // What `kubectl jobworker status|history|why` print, pure: a JobWorker in,
 // lines and an exit code out.
 import type { Condition, JobWorkerStatus, RevisionFigures } from '../api/jobworker.js';
-import { p95 } from '../reconcile/cohort-figures.js';
+import { latencyWords } from '../reconcile/cohort-figures.js';
 
 export interface JobWorkerView {
   metadata: { name: string; namespace?: string; generation?: number };
@@ -96,16 +96,12 @@ function cohortLines(c: NonNullable<JobWorkerStatus['cohort']>, now: Date): stri
   if (!f) return lines;
   const share = (n: number, r: RevisionFigures) =>
     r.handled ? `${((100 * n) / r.handled).toFixed(1)}%` : '-';
-  const latency = (r: RevisionFigures) => {
-    const p = p95(r);
-    return p === undefined ? '-' : Number.isFinite(p) ? `≤${p} s` : '>120 s';
-  };
   const rows: Array<[string, (r: RevisionFigures) => string]> = [
     ['handled', (r) => String(r.handled)],
     ['dead-lettered', (r) => share(r.deadLettered, r)],
     ['retried', (r) => share(r.retried, r)],
     ['duplicates', (r) => share(r.duplicates, r)],
-    ['p95 latency', latency],
+    ['p95 latency', latencyWords],
     ['restarts', (r) => String(r.restarts)],
   ];
   lines.push(`  ${'since'.padEnd(15)}${f.since}`);

@@ -6,7 +6,12 @@
 import { API_VERSION, KIND, parseSpec, type JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { OperatorMetrics } from '../metrics.js';
-import { cohortDeploymentName, envProblems } from '../reconcile/desired.js';
+import {
+  cohortDeploymentName,
+  envProblems,
+  LABEL_COHORT,
+  LABEL_JOBWORKER,
+} from '../reconcile/desired.js';
 import type { CapacityReading } from '../reconcile/capacity.js';
 import type { Observation, Problem, QueueObservation } from '../reconcile/observation.js';
 import type { DeadLetterInput } from '../reconcile/status.js';
@@ -105,9 +110,13 @@ export class Observer {
       ? cache('Deployment', namespace, name)
       : await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, name);
     const cohortName = cohortDeploymentName(name);
-    const cohortDeployment = cache
+    const named = cache
       ? cache('Deployment', namespace, cohortName)
       : await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, cohortName);
+    // Only this JobWorker's cohort: a Deployment of that name may be another's (a JobWorker named so).
+    const labels = named?.metadata.labels ?? {};
+    const cohortDeployment =
+      labels[LABEL_COHORT] === 'true' && labels[LABEL_JOBWORKER] === name ? named : undefined;
     const polling = !!secrets.values.get('spec.broker.managementUrlSecretRef');
     const queue =
       spec && problems.length === 0

@@ -3,8 +3,8 @@
 // the last read, so that stable pods with a long history count only the
 // window, and a restarted process (its counters back at zero) counts what it
 // did since. The per-pod last reads are memory (lost on an operator restart:
-// the next read is then a baseline, except for pods created inside the
-// window, which count in full); the window's totals are in status.
+// the next read is then a baseline, except for pods created since the last
+// read, which count in full); the window's totals are in status.
 import type { RevisionFigures } from '../api/jobworker.js';
 
 /** The upper bounds of jobfleet_handler_duration_seconds (worker/metrics.ts), +Inf last. */
@@ -47,8 +47,8 @@ export interface PodSample {
   counters?: PodCounters;
 }
 
-/** Per pod: its counters at the last read. */
-export type FiguresMemory = Record<string, PodCounters>;
+/** Per pod: its counters and restart count at the last read. */
+export type FiguresMemory = Record<string, { counters: PodCounters; restarts: number }>;
 
 export const noFigures = (): RevisionFigures => ({
   handled: 0,
@@ -83,9 +83,7 @@ function minus(a: PodCounters, b: PodCounters): PodCounters | undefined {
     latency: a.latency.map((v, i) => v - (b.latency[i] ?? 0)),
   };
   const negative =
-    d.handled < 0 ||
-    d.retried < 0 ||
-    d.duplicates < 0 ||
+    [d.handled, d.completed, d.deadLettered, d.retried, d.duplicates].some((v) => v < 0) ||
     d.latency.some((v) => v < 0) ||
     Object.values(d.deadLettersByClass).some((v) => v < 0);
   return negative ? undefined : d;
@@ -117,14 +115,16 @@ export interface Accumulated {
 /**
  * Adds what each pod of `cohort` and `stable` did since the last read to the
  * window's totals. A pod unknown to memory counts in full when it was created
- * inside the window (it did everything in it), else it is a baseline.
+ * after `countFrom` (the last read: nothing of it is in the totals yet), else
+ * its read is a baseline. A pod whose container restarted since counts what
+ * its new process did.
  */
 export function accumulate(
   totals: { cohort: RevisionFigures; stable: RevisionFigures },
   memory: FiguresMemory,
   samples: readonly PodSample[],
   revisions: { cohort: string; stable: string },
-  since: string,
+  countFrom: string,
 ): Accumulated {
   let { cohort, stable } = totals;
   const next: FiguresMemory = {};
@@ -135,17 +135,21 @@ export function accumulate(
       s.revision === revisions.cohort ? 'cohort' : s.revision === revisions.stable ? 'stable' : '';
     if (!side) continue;
     restarts[side] = Math.max(restarts[side], s.restarts);
-    const before = memory[s.pod];
+    const fresh = Date.parse(s.createdAt) >= Date.parse(countFrom);
+    const before = memory[s.pod] ?? (fresh ? { counters: zero(), restarts: 0 } : undefined);
     if (!s.counters) {
+      // not answering yet: a new pod's counts start from zero whenever it answers
       if (before) next[s.pod] = before;
       continue;
     }
     pods[side]++;
-    next[s.pod] = s.counters;
-    const base = before ?? (Date.parse(s.createdAt) >= Date.parse(since) ? zero() : undefined);
-    if (!base) continue;
-    // counters below the last read: the process restarted, and counts from zero
-    const d = minus(s.counters, base) ?? s.counters;
+    next[s.pod] = { counters: s.counters, restarts: s.restarts };
+    if (!before) continue;
+    // a restarted process counts from zero (as do counters found below the last read)
+    const d =
+      s.restarts > before.restarts
+        ? s.counters
+        : (minus(s.counters, before.counters) ?? s.counters);
     if (side === 'cohort') cohort = add(cohort, d);
     else stable = add(stable, d);
   }
@@ -154,6 +158,12 @@ export function accumulate(
     stable: { ...stable, pods: pods.stable, restarts: Math.max(stable.restarts, restarts.stable) },
     memory: next,
   };
+}
+
+/** p95 in words: "≤0.05 s", ">120 s", or "–" without runs. */
+export function latencyWords(f: RevisionFigures): string {
+  const p = p95(f);
+  return p === undefined ? '–' : Number.isFinite(p) ? `≤${p} s` : `>${LATENCY_BOUNDS.at(-2)} s`;
 }
 
 /** The bucket bound under which 95% of the handler runs fell; undefined without runs. */

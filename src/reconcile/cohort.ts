@@ -17,6 +17,7 @@ import type { ConditionInput } from './conditions.js';
 import {
   accumulate,
   LATENCY_BOUNDS,
+  latencyWords,
   noFigures,
   p95,
   type FiguresMemory,
@@ -72,10 +73,14 @@ export const COHORT_CHECKS = [
   'Duplicates',
   'Latency',
 ] as const;
-export type CohortCheck = (typeof COHORT_CHECKS)[number] | 'Manual' | 'SpecChanged';
+export type CohortCheck =
+  | (typeof COHORT_CHECKS)[number]
+  | 'Throughput'
+  | 'Manual'
+  | 'SpecChanged'
+  | 'Blocked'
+  | 'Unrecorded';
 
-/** Standard errors beyond a check's limit before a ratio fails it. */
-const SIGNIFICANCE = 3;
 /** Duplicates the cohort should have suppressed, at the stable revision's rate, before a collapse is judged. */
 const COLLAPSE_EXPECTED = 10;
 
@@ -93,8 +98,10 @@ export interface CohortInput {
   /** the revision the spec wants (through the gate), and the one the stable Deployment runs */
   revision: string;
   stable: string;
-  /** false: the spec no longer wants `state.revision` (changed again, reverted, or blocked) */
-  wanted: boolean;
+  /** why the cohort's revision is no longer wanted (changed again, reverted, refused by the gate) */
+  unwanted?: { check: 'SpecChanged' | 'Blocked'; reason: string };
+  /** the revision's spec is at hand for the stable Deployment: it can be promoted */
+  canPromote: boolean;
   steps: readonly CohortStep[];
   checks: CohortChecks;
   /** spec.rollout.analysisSeconds: a step's window when it sets none */
@@ -130,7 +137,6 @@ export interface CohortOutput {
   memory?: FiguresMemory;
   events: Array<{ type: 'Normal' | 'Warning'; reason: string; message: string }>;
   progressing: ConditionInput;
-  degraded?: ConditionInput;
   requeueMs: number;
 }
 
@@ -147,24 +153,31 @@ export function cohortStep(i: CohortInput): CohortOutput {
   let s = i.state;
   const events: CohortOutput['events'] = [];
   const n = i.steps.length;
-  // A revision other than the one the cohort runs is wanted: the cohort goes,
-  // drained first. A promotion under way finishes first (the stable
-  // Deployment already moves to the cohort's revision); the change follows.
-  if (
-    s &&
-    (s.phase === 'Analyzing' || s.phase === 'Waiting') &&
-    (!i.wanted || s.revision !== i.revision)
-  )
+  // A revision other than the one the cohort runs is wanted, or the gate now
+  // refuses it: the cohort goes, drained first. A promotion under way
+  // finishes first (the stable Deployment already moves to the cohort's
+  // revision) unless that revision's spec is not at hand; the change follows.
+  const analyzing = s?.phase === 'Analyzing' || s?.phase === 'Waiting';
+  if (s && analyzing && (i.unwanted || s.revision !== i.revision))
     s = aborting(
       s,
       now,
       i.drainSeconds,
-      'SpecChanged',
-      `the spec no longer asks for revision ${s.revision}`,
+      i.unwanted?.check ?? 'SpecChanged',
+      i.unwanted?.reason ?? `the spec now asks for revision ${i.revision}`,
       events,
     );
+  if (s?.phase === 'Promoting' && !i.canPromote)
+    s = aborting(
+      s,
+      now,
+      i.drainSeconds,
+      'Unrecorded',
+      `revision ${s.revision}'s spec is not recorded (its ControllerRevision is gone), so the stable Deployment cannot move to it`,
+      events,
+    );
+  // (called with no cohort only for a revision to start: src/reconcile/rollout-plan.ts)
   if (!s) {
-    if (!i.wanted) return idle(i);
     s = startStep(i, 1, now);
     events.push({
       type: 'Normal',
@@ -186,7 +199,7 @@ export function cohortStep(i: CohortInput): CohortOutput {
     i.memory ?? {},
     i.samples ?? [],
     { cohort: s.revision, stable: s.stable },
-    s.figures?.since ?? s.stepStartedAt,
+    s.figures?.at ?? s.stepStartedAt,
   );
   s = {
     ...s,
@@ -206,7 +219,12 @@ export function cohortStep(i: CohortInput): CohortOutput {
       acc.memory,
     );
 
-  const failed = judge(i, s);
+  // The window starts once the cohort's pods are ready: a step is watched whole.
+  const windowMs = (step.analysisSeconds ?? i.analysisSeconds) * 1000;
+  if (!s.analysisUntil && replicas > 0 && i.cohortReady >= replicas)
+    s = { ...s, analysisUntil: iso(new Date(now.getTime() + windowMs)) };
+  const over = s.analysisUntil !== undefined && now.getTime() >= Date.parse(s.analysisUntil);
+  const failed = judge(i, s, over);
   if (failed)
     return abortingStep(
       i,
@@ -215,13 +233,7 @@ export function cohortStep(i: CohortInput): CohortOutput {
       acc.memory,
     );
   s = { ...s, overObjectiveSince: risingSince(i, s) };
-
-  // The window starts once the cohort's pods are ready: a step is watched whole.
-  const windowMs = (step.analysisSeconds ?? i.analysisSeconds) * 1000;
-  if (!s.analysisUntil && replicas > 0 && i.cohortReady >= replicas)
-    s = { ...s, analysisUntil: iso(new Date(now.getTime() + windowMs)) };
   const skipped = cmd?.action === 'promote' && (cmd.step === undefined || cmd.step === s.step);
-  const over = s.analysisUntil !== undefined && now.getTime() >= Date.parse(s.analysisUntil);
   const enough = acc.cohort.handled >= i.checks.minJobs;
   if (skipped || (over && enough)) {
     const passed = skipped
@@ -271,16 +283,6 @@ export function cohortStep(i: CohortInput): CohortOutput {
   return running(i, s, events, acc.memory);
 }
 
-function idle(i: CohortInput): CohortOutput {
-  return {
-    state: undefined,
-    stable: { replicas: i.total, promoted: false },
-    events: [],
-    progressing: { type: 'Progressing', status: 'False', reason: 'Idle', message: '' },
-    requeueMs: 5000,
-  };
-}
-
 function startStep(i: CohortInput, step: number, now: Date): CohortState {
   const replicas = cohortReplicas(i.steps[step - 1]!, i.total);
   return {
@@ -302,10 +304,9 @@ function running(
   events: CohortOutput['events'],
   memory: FiguresMemory,
 ): CohortOutput {
-  const step = i.steps[s.step - 1]!;
   return {
     state: s,
-    cohort: { replicas: s.replicas, prefetch: prefetchAt(step, i.prefetch) },
+    cohort: { replicas: s.replicas, prefetch: prefetchOf(i, s) },
     stable: { replicas: s.stableReplicas, promoted: false },
     memory,
     events,
@@ -331,15 +332,16 @@ const ratio = (part: number, f: RevisionFigures) => (f.handled > 0 ? part / f.ha
 const pct = (x: number) => `${(100 * x).toFixed(x < 0.01 && x > 0 ? 2 : 1)}%`;
 
 function summary(c: RevisionFigures, st: RevisionFigures): string {
-  const lat = (f: RevisionFigures) => {
-    const p = p95(f);
-    return p === undefined ? '–' : Number.isFinite(p) ? `≤${p} s` : `>${LATENCY_BOUNDS.at(-2)} s`;
-  };
+  const lat = latencyWords;
   return `cohort ${c.handled} handled (dead-lettered ${pct(ratio(c.deadLettered, c))}, retried ${pct(ratio(c.retried, c))}, duplicates ${pct(ratio(c.duplicates, c))}, p95 ${lat(c)}) vs stable ${st.handled} (${pct(ratio(st.deadLettered, st))}, ${pct(ratio(st.retried, st))}, ${pct(ratio(st.duplicates, st))}, ${lat(st)})`;
 }
 
 /** The first failing check, with the figures that failed it; undefined: all pass so far. */
-function judge(i: CohortInput, s: CohortState): { check: CohortCheck; reason: string } | undefined {
+function judge(
+  i: CohortInput,
+  s: CohortState,
+  over: boolean,
+): { check: CohortCheck; reason: string } | undefined {
   const c = s.figures!.cohort;
   const st = s.figures!.stable;
   const k = i.checks;
@@ -354,11 +356,27 @@ function judge(i: CohortInput, s: CohortState): { check: CohortCheck; reason: st
       check: 'Age',
       reason: `queue age rose from ${Math.round(s.ageAtStart ?? 0)} s to ${Math.round(i.ageSeconds!)} s, past the ${i.objectiveSeconds} s objective`,
     };
-  // Ratios are judged once the cohort has handled enough to say something;
-  // a stable side with too little (a 100% step) is replaced by what it did
-  // in an earlier step, else compared as zero (a fleet of one).
-  if (c.handled < k.minJobs) return undefined;
-  const base = st.handled >= k.minJobs ? st : (s.baseline ?? noFigures());
+  // A stable side with too little (a 100% step) is replaced by what it did
+  // in an earlier step; with neither (a fleet of one, a first step at 100%)
+  // there is nothing to compare with, and only age and restarts are judged.
+  const base = st.handled >= k.minJobs ? st : s.baseline;
+  if (!base) return undefined;
+  if (c.handled < k.minJobs) {
+    // A cohort too slow to reach minJobs by the window's end, where the
+    // stable revision's pace per delivery slot would have got it well past.
+    const pace = base.handled / Math.max(1, base.pods * i.prefetch);
+    const expected = pace * c.pods * prefetchOf(i, s);
+    return over && expected >= 2 * k.minJobs && c.handled < expected / 4
+      ? {
+          check: 'Throughput',
+          reason: `the cohort handled ${c.handled} deliveries in the window where, at the stable revision's pace per delivery slot, it would have handled about ${Math.round(expected)}`,
+        }
+      : undefined;
+  }
+  // Judged all through the window (an early abort needs five standard
+  // errors: looking again and again must not turn noise into an abort), and
+  // at its end with three.
+  const significance = over ? 3 : 5;
   const worse = (
     check: CohortCheck,
     what: string,
@@ -369,12 +387,12 @@ function judge(i: CohortInput, s: CohortState): { check: CohortCheck; reason: st
   ) => {
     const cr = ratio(cPart, c);
     const sr = ratio(sPart, base);
-    // Not a chance difference: beyond the limit by three standard errors of
-    // the two rates (counts per delivery, Poisson), so that a small cohort's
-    // few jobs do not abort a good revision.
+    // Not a chance difference: beyond the limit by `significance` standard
+    // errors of the two rates (counts per delivery, Poisson), so that a small
+    // cohort's few jobs do not abort a good revision.
     const pooled = (cPart + sPart) / (c.handled + base.handled);
-    const se = Math.sqrt(pooled * (1 / c.handled + (base.handled ? 1 / base.handled : 0)));
-    return cr - sr > limit + SIGNIFICANCE * se
+    const se = Math.sqrt(pooled * (1 / c.handled + 1 / base.handled));
+    return cr - sr > limit + significance * se
       ? {
           check,
           reason: `${what}: cohort ${pct(cr)} (${cPart} of ${c.handled}) vs stable ${pct(sr)} (${sPart} of ${base.handled}), more than ${pct(limit)} above${detail}`,
@@ -415,21 +433,21 @@ function judge(i: CohortInput, s: CohortState): { check: CohortCheck; reason: st
   // suppressed enough to tell.
   const sDup = ratio(base.duplicates, base);
   const cDup = ratio(c.duplicates, c);
-  if (base.handled > 0 && sDup * c.handled >= COLLAPSE_EXPECTED && cDup < sDup / 4)
+  if (sDup * c.handled >= COLLAPSE_EXPECTED && cDup < sDup / 4)
     return {
       check: 'Duplicates',
       reason: `duplicate suppression collapsed: cohort ${pct(cDup)} (${c.duplicates} of ${c.handled}) of its deliveries suppressed as duplicates or claim conflicts vs stable ${pct(sDup)} (${base.duplicates} of ${base.handled}); the cohort runs again what the stable revision suppresses`,
     };
   const cp = p95(c);
-  const sp = base.handled > 0 ? p95(base) : undefined;
+  const sp = p95(base);
   if (cp !== undefined && sp !== undefined) {
     // Bucket bounds are coarse: the bucket above the stable's is always allowed.
     const above = LATENCY_BOUNDS[LATENCY_BOUNDS.indexOf(sp) + 1] ?? Infinity;
-    const limit = Math.max(sp * k.maxLatencyP95Ratio, above);
+    const limit = Math.max(sp * k.maxLatencyP95Ratio, Number.isFinite(above) ? above : 0);
     if (cp > limit)
       return {
         check: 'Latency',
-        reason: `handler latency p95: cohort ≤${cp} s vs stable ≤${sp} s, more than ${k.maxLatencyP95Ratio}× (limit ${limit} s)`,
+        reason: `handler latency p95: cohort ${latencyWords(c)} vs stable ${latencyWords(base)}, more than ${k.maxLatencyP95Ratio}× (limit ${limit} s)`,
       };
   }
   return undefined;
@@ -443,6 +461,7 @@ function aborting(
   reason: string,
   events: CohortOutput['events'],
 ): CohortState {
+  reason = reason.replace(/\.$/, '');
   const a: CohortState = {
     ...s,
     phase: 'Aborting',

@@ -266,10 +266,11 @@ export function desiredDeployment(jw: JobWorker, revision: string, replicas: num
 
 /**
  * A Cohort rollout's Deployment: the new revision's template, with the
- * cohort label (its own selector, so the two Deployments' ReplicaSets never
- * claim each other's pods) and the step's prefetch. The pods keep the
- * JobWorker's label, so the metrics Service, the PDB and the pod reads see
- * the whole fleet.
+ * cohort label and the step's prefetch. Its selector includes the label; the
+ * stable Deployment's (immutable, older) does not, and matches cohort pods
+ * too: owner references keep each Deployment's ReplicaSets and pods its own.
+ * The pods keep the JobWorker's label, so the metrics Service, the PDB and
+ * the pod reads see the whole fleet.
  */
 export function desiredCohortDeployment(
   jw: JobWorker,

@@ -125,10 +125,11 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   const live = (deployment?.spec as { replicas?: number } | undefined)?.replicas;
   const paused = spec?.paused === true;
   const pausedBefore = wasPaused(previous);
-  // While a rollback drains or the fleet is paused, the Deployment sits at 0:
-  // the autoscaler keeps its own count, to restore at.
+  // While a rollback drains or the fleet is paused, the Deployment sits at 0,
+  // and beside a cohort it holds only the stable share: the autoscaler keeps
+  // its own count, to restore at.
   const current = Number(
-    ((previous?.rollout || pausedBefore || paused) && live === 0
+    (((previous?.rollout || pausedBefore || paused) && live === 0) || previous?.cohort
       ? previous?.desiredReplicas
       : live) ??
       previous?.desiredReplicas ??
@@ -167,6 +168,15 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       desiredMetricsService(jw),
       desiredPdb(jw),
     );
+    // A cohort stops too, as it is; its step resumes with the fleet.
+    if (obs.cohortDeployment && previous?.cohort)
+      children.push(
+        cohortDeployment(
+          jw,
+          { revision: previous.cohort.revision, replicas: 0, prefetch: spec.broker.prefetch },
+          obs.cohortDeployment,
+        ),
+      );
   } else if (healthy) {
     const r = planRollout({
       raw,
@@ -231,7 +241,8 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       };
     const revisionChanged =
       previous?.updateRevision !== undefined && previous.updateRevision !== r.targetRevision;
-    if (deployment && revisionChanged && !r.status.rollingBack)
+    // (a Cohort rollout's own events tell its story)
+    if (deployment && revisionChanged && !r.status.rollingBack && !previous?.cohort)
       events.push({
         type: 'Normal',
         reason: 'RevisionChanged',
@@ -319,7 +330,9 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     ...(scaled && {
       memory: {
         ...(paused && i.memory ? { ...scaled.memory, scaling: i.memory.scaling } : scaled.memory),
-        ...(cohortMemory && { cohort: cohortMemory }),
+        ...((cohortMemory ?? (paused ? i.memory?.cohort : undefined)) && {
+          cohort: cohortMemory ?? i.memory?.cohort,
+        }),
       },
     }),
     ...(scaling && { scaling }),
@@ -406,9 +419,10 @@ function scale(
     maxConcurrency: sc.downstream?.maxConcurrency,
   };
   const mem = memory ?? { scaling: { recommendations: [] }, age: {} };
-  const readyReplicas = Number(
-    (obs.deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas ?? 0,
-  );
+  // the fleet's ready workers: the stable Deployment's and a cohort's beside it
+  const ready = (d: KubeObject | undefined) =>
+    Number((d?.status as { readyReplicas?: number } | undefined)?.readyReplicas ?? 0);
+  const readyReplicas = ready(obs.deployment) + ready(obs.cohortDeployment);
   let signals: Signals;
   let age: ReturnType<typeof queueAge>['age'] | undefined;
   let ageMemory = mem.age;

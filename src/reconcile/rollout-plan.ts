@@ -278,6 +278,8 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
 
   // The gate: nothing incompatible starts consuming, forward or back.
   let blocked = false;
+  let gateRefusal: string | undefined;
+  let keyRuleOverridden = false;
   const conditions: ConditionInput[] = [];
   // A Deployment deleted by hand is recreated at the revision that ran, not
   // at whatever the spec says now: the gate compares against that one.
@@ -297,6 +299,7 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
         message,
       });
       events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
+      gateRefusal = message;
       target = runningRevision;
       analysis = undefined;
     } else {
@@ -323,10 +326,12 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
             : g.message;
         conditions.push({ type: 'RolloutBlocked', status: 'True', reason: g.reason, message });
         events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
+        gateRefusal = message;
         target = runningRevision;
         aborted = previous?.abortedRevision === specRevision ? aborted : undefined;
         analysis = trigger === 'AutoRollback' ? watched : undefined;
       } else if (g.overrideUsed) {
+        keyRuleOverridden = true;
         const who = managerOf(raw, ['metadata', 'annotations', ALLOW_KEY_RULE_CHANGE]);
         events.push({
           type: 'Warning',
@@ -338,18 +343,31 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
   }
 
   // The Cohort strategy (./cohort.ts): a change going forward starts as a
-  // cohort beside the revision that runs; one in progress goes on (or, no
-  // longer wanted, is drained) whatever the strategy says now.
+  // cohort beside the revision that runs — not a key-rule change the override
+  // let through, which would run both rules side by side for a whole step
+  // (that takes the Fleet path). One in progress goes on, or, no longer
+  // wanted (the spec moved, the strategy changed, the gate now refuses it),
+  // is drained.
   const forward =
     !state &&
     !blocked &&
+    !keyRuleOverridden &&
     !!deployed &&
     target === specRevision &&
     target !== deployed &&
     Number(target) > Number(deployed);
   if (!state && deployed && (previous?.cohort || (cohortStrategy && forward))) {
     const c = cohortPlan(i, {
-      wanted: cohortStrategy && forward,
+      ...(!(cohortStrategy && forward) && {
+        unwanted: gateRefusal
+          ? { check: 'Blocked' as const, reason: gateRefusal }
+          : {
+              check: 'SpecChanged' as const,
+              reason: !cohortStrategy
+                ? 'the rollout strategy is no longer Cohort'
+                : `the spec now asks for revision ${specRevision}`,
+            },
+      }),
       target,
       deployed,
       specRevision,
@@ -492,7 +510,8 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       degraded,
       rollingBack: !!state,
     },
-    removeCohort: false,
+    // a cohort Deployment without a cohort (a delete that failed, a status lost): gone
+    removeCohort: !!i.cohortDeployment,
     requeueMs: step.requeueMs ?? (analysis ? 5000 : undefined),
     events,
     blocked,
@@ -504,7 +523,12 @@ type CohortPlan = Omit<RolloutPlan, 'history' | 'evicted' | 'specRevision' | 'bl
 /** A Cohort rollout's reconcile: the reads its phase needs, then ./cohort.ts decides. */
 function cohortPlan(
   i: RolloutInput,
-  o: { wanted: boolean; target: string; deployed: string; specRevision: string },
+  o: {
+    unwanted?: { check: 'SpecChanged' | 'Blocked'; reason: string };
+    target: string;
+    deployed: string;
+    specRevision: string;
+  },
 ): CohortPlan | { need: RolloutNeed } {
   const { spec, previous, answers: a } = i;
   const running = previous?.cohort;
@@ -518,12 +542,22 @@ function cohortPlan(
   } else if (running?.phase === 'Promoting') cohortPods = status(i.cohortDeployment).replicas ?? 0;
   const analyzing = running && (running.phase === 'Analyzing' || running.phase === 'Waiting');
   if (analyzing && !a.cohortSamples) return { need: { kind: 'cohortSamples' } };
+  // The stable Deployment moves to the cohort's revision at the end: from the
+  // spec, or (the spec has moved on) from that revision's recorded spec.
+  const cohortRevision = running?.revision ?? o.target;
+  let promotedSpec: JobWorkerSpec | undefined = spec;
+  if (cohortRevision !== o.specRevision && running?.phase === 'Promoting') {
+    const recorded = recordedSpec(cohortRevision, i.previous?.history, a);
+    if (recorded && 'need' in recorded) return recorded;
+    promotedSpec = recorded;
+  }
   const out: CohortOutput = cohortStep({
     now: i.now,
     state: running,
     revision: o.target,
     stable: running?.stable ?? o.deployed,
-    wanted: o.wanted,
+    ...(o.unwanted && { unwanted: o.unwanted }),
+    canPromote: promotedSpec !== undefined,
     steps: spec.rollout.steps ?? DEFAULT_STEPS,
     checks: checksOf(spec),
     analysisSeconds: spec.rollout.analysisSeconds,
@@ -542,20 +576,16 @@ function cohortPlan(
   });
   const s = out.state;
   const f = out.finished;
-  const promoted = out.stable.promoted;
-  const cohortRevision = s?.revision ?? f?.revision ?? o.target;
-  // A promotion the spec has moved on from still deploys the cohort's own revision.
-  let promotedSpec: JobWorkerSpec | undefined = spec;
-  if (promoted && cohortRevision !== o.specRevision) {
-    const recorded = recordedSpec(cohortRevision, i.previous?.history, a);
-    if (recorded && 'need' in recorded) return recorded;
-    promotedSpec = recorded;
-  }
-  // Aborted by a check (or by hand), the revision stays off until the spec changes.
-  const aborted = f?.result === 'Aborted' && f.check !== 'SpecChanged' ? f.revision : undefined;
+  const promoted = out.stable.promoted && promotedSpec !== undefined;
+  // Aborted by a check (or by hand), the revision stays off until the spec
+  // changes; one the spec or the gate no longer wants needs no such mark.
+  const aborted =
+    f?.result === 'Aborted' && !['SpecChanged', 'Blocked', 'Unrecorded'].includes(f.check ?? '')
+      ? f.revision
+      : undefined;
   return {
     targetRevision: s ? s.revision : f?.result === 'Promoted' ? f.revision : o.deployed,
-    deployRevision: promoted && promotedSpec ? cohortRevision : o.deployed,
+    deployRevision: promoted ? cohortRevision : o.deployed,
     deploySpec: promoted ? promotedSpec : undefined,
     scaleToZero: false,
     mainReplicas: out.stable.replicas,
@@ -563,8 +593,10 @@ function cohortPlan(
       s && {
         cohort: {
           revision: s.revision,
-          // the template it ran, unless the spec still describes its revision
-          ...(s.revision === o.specRevision && { spec }),
+          // The step's template while it grows; the live one while it drains
+          // or gives way (a template change would roll its pods, with a surge).
+          ...(s.revision === o.specRevision &&
+            (s.phase === 'Analyzing' || s.phase === 'Waiting') && { spec }),
           replicas: out.cohort.replicas,
           prefetch: out.cohort.prefetch,
         },
@@ -577,7 +609,6 @@ function cohortPlan(
       lastCohort: f ?? previous?.lastCohort,
       conditions: [],
       progressing: out.progressing,
-      ...(out.degraded && { degraded: out.degraded }),
       rollingBack: false,
     },
     requeueMs: out.requeueMs,

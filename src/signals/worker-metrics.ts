@@ -130,8 +130,12 @@ export function parseRevisionCounters(text: string): RevisionCounters {
       if (labels.outcome === 'completed') c.completed += value;
       if (labels.outcome === 'dead_lettered') c.deadLettered += value;
       if (labels.outcome === 'duplicate') c.duplicates += value;
-    } else if (name === 'jobfleet_claim_conflicts_total') c.duplicates += value;
-    else if (name === 'jobfleet_retries_total') c.retried += value;
+    } else if (name === 'jobfleet_claim_conflicts_total') {
+      // a delivery that found its key held elsewhere: handled, as a duplicate (not a retry)
+      c.handled += value;
+      c.duplicates += value;
+    } else if (name === 'jobfleet_retries_total' && labels.reason !== 'claim_conflict')
+      c.retried += value;
     else if (name === 'jobfleet_dead_letters_total') {
       const k = labels.failure_class ?? 'unknown';
       c.deadLettersByClass[k] = (c.deadLettersByClass[k] ?? 0) + value;

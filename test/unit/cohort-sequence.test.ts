@@ -46,6 +46,8 @@ interface Behaviour {
   crashLoop?: boolean;
   /** outcomes drawn at random (seeded) instead of every 1/rate-th job */
   random?: boolean;
+  /** jobs per second as a share of a healthy pod's (a hung handler: near 0) */
+  pace?: number;
 }
 
 interface Pod {
@@ -175,8 +177,8 @@ class World {
           messagesUnacked: 0,
           consumers: TOTAL,
           headMessageTimestamp: now.getTime() / 1000 - age,
-          publishRate: 1,
-          ackRate: 1,
+          publishRate: age > 0 ? 1 : 0,
+          ackRate: age > 0 ? 1 : 0,
         },
       },
       polling: true,
@@ -344,7 +346,7 @@ class World {
     for (const p of this.pods) {
       if (!p.ready) continue;
       const b = this.behaviour[p.revision] ?? {};
-      p.carry += (JOBS_PER_POD_S * p.prefetch) / PREFETCH;
+      p.carry += ((JOBS_PER_POD_S * p.prefetch) / PREFETCH) * (b.pace ?? 1);
       const n = Math.floor(p.carry);
       p.carry -= n;
       for (let j = 0; j < n; j++) {
@@ -418,7 +420,7 @@ class World {
       this.tick();
     }
     throw new Error(
-      `${what}: not reached in ${max} s (t=${this.t}); status ${JSON.stringify(this.status?.cohort ?? this.status?.lastCohort)}`,
+      `${what}: not reached in ${max} s (t=${this.t}); status ${JSON.stringify(this.status?.cohort ?? this.status?.lastCohort)}; scaling ${JSON.stringify(this.status?.scaling)} desired ${this.status?.desiredReplicas}`,
     );
   }
 }
@@ -574,7 +576,81 @@ describe('Cohort strategy and the scaler', () => {
   });
 });
 
+describe('Cohort strategy: the fleet around it', () => {
+  it('keeps the scaler’s count through every step, 100% included: the fleet does not shrink to the stable share', () => {
+    const spec = specJson();
+    Object.assign(spec.scaling, { minReplicas: 1, maxReplicas: 8 });
+    const w = new World(spec);
+    w.age = () => 60; // a backlog from before: the scaler wants the most the budget allows
+    w.until('revision 1 at the budget', (x) => x.consuming('1').length === 4, 120);
+    w.edit({ ...spec, image: 'registry.example.com/w:2' });
+    const edited = w.t;
+    let fewest = Infinity;
+    w.until(
+      'promoted',
+      (x) => !!x.status?.lastCohort,
+      1200,
+      (x) => {
+        fewest = Math.min(fewest, x.status?.desiredReplicas ?? 0);
+      },
+    );
+    expect(w.status?.lastCohort?.result).toBe('Promoted');
+    expect(fewest).toBe(4);
+    expect(
+      w.events.filter(
+        (e) => e.t >= edited && (e.reason === 'ScaledUp' || e.reason === 'ScaledDown'),
+      ),
+    ).toEqual([]);
+  });
+
+  it('a pause stops the cohort too; on resume the step goes on and ends promoted', () => {
+    const w = steady();
+    w.edit(image2());
+    w.until('step 2', (x) => x.status?.cohort?.step === 2 && !!x.status.cohort.analysisUntil, 600);
+    w.edit({ ...image2(), paused: true });
+    w.until('nothing consumes', (x) => x.consuming().length === 0, 60);
+    w.run(30);
+    expect(w.consuming().length).toBe(0);
+    w.edit(image2());
+    w.until('promoted', (x) => !!x.status?.lastCohort, 1200);
+    expect(w.status?.lastCohort?.result).toBe('Promoted');
+    expect(w.violations).toEqual([]);
+  });
+
+  it('steps shortened mid-cohort: it goes on with the steps there are', () => {
+    const w = steady();
+    w.edit(image2());
+    w.until('step 3', (x) => x.status?.cohort?.step === 3, 600);
+    w.edit(image2({ steps: [{ cohort: { replicas: 1 } }] }));
+    w.until('promoted', (x) => !!x.status?.lastCohort, 600);
+    expect(w.status?.lastCohort?.result).toBe('Promoted');
+  });
+
+  it('a cohort Deployment left without a cohort (a lost delete) is removed', () => {
+    const w = steady();
+    w.edit(image2());
+    w.until('a cohort Deployment', (x) => x.deployments.has(cohortDeploymentName(NAME)), 60);
+    const left = structuredClone(w.deployments.get(cohortDeploymentName(NAME))!);
+    w.until('promoted', (x) => !!x.status?.lastCohort, 1200);
+    w.deployments.set(cohortDeploymentName(NAME), left);
+    w.run(3);
+    expect(w.deployments.has(cohortDeploymentName(NAME))).toBe(false);
+  });
+});
+
 describe('Cohort strategy: aborts', () => {
+  it('aborts a cohort too slow to reach minJobs where the stable pace would have (a hung handler)', () => {
+    const w = steady({ '2': { pace: 0.05 } });
+    const spec = image2({ steps: [{ cohort: { replicas: 1 } }, { cohort: { percent: 100 } }] });
+    (spec.rollout as Record<string, unknown>).cohortChecks = { minJobs: 100 };
+    w.edit(spec);
+    w.until('aborted', (x) => !!x.status?.lastCohort, 300);
+    expect(w.status?.lastCohort).toMatchObject({ result: 'Aborted', check: 'Throughput' });
+    expect(w.status?.lastCohort?.message).toMatch(
+      /the cohort handled \d+ deliveries in the window/,
+    );
+  });
+
   const cases: Array<[string, Behaviour, string]> = [
     ['DeadLetters', { deadLetter: 0.1 }, 'dead-lettered per handled delivery: cohort 10.0%'],
     ['Retries', { retry: 0.4 }, 'retries per handled delivery'],
@@ -695,7 +771,8 @@ describe('Cohort strategy and the gate', () => {
     w.edit(image2());
     w.until('step 1 ready', (x) => !!x.status?.cohort?.analysisUntil, 60);
     w.edit(specJson({ image: 'registry.example.com/w:3', keyRule: 'order:{id}:v3' }));
-    w.until('cohort gone', (x) => x.status?.lastCohort?.check === 'SpecChanged', 60);
+    w.until('cohort gone', (x) => x.status?.lastCohort?.check === 'Blocked', 60);
+    expect(w.status?.lastCohort?.message).toContain('changes the idempotency-key rule');
     w.run(30);
     expect(w.revisionsRun.has('3')).toBe(false);
     expect(w.pods.some((p) => p.revision === '2')).toBe(false);
