@@ -171,16 +171,7 @@ async function main(argv: string[]): Promise<number> {
       return undo(client, await get(name), values['to-revision']);
     }
     case 'pause':
-    case 'resume': {
-      const { values, positionals } = parseArgs({
-        args,
-        allowPositionals: true,
-        options: { reason: { type: 'string' } },
-      });
-      const name = positionals[0];
-      if (!name || !values.reason?.trim()) return usage(`${command} NAME --reason TEXT`);
-      return setPaused(client, await get(name), command === 'pause', values.reason.trim());
-    }
+    case 'resume':
     case 'promote':
     case 'abort': {
       const { values, positionals } = parseArgs({
@@ -189,8 +180,12 @@ async function main(argv: string[]): Promise<number> {
         options: { reason: { type: 'string' } },
       });
       const name = positionals[0];
-      if (!name || !values.reason?.trim()) return usage(`${command} NAME --reason TEXT`);
-      return cohortCommand(client, await get(name), command, values.reason.trim());
+      const reason = values.reason?.trim();
+      if (!name || !reason) return usage(`${command} NAME --reason TEXT`);
+      const jw = await get(name);
+      return command === 'pause' || command === 'resume'
+        ? setPaused(client, jw, command === 'pause', reason)
+        : cohortCommand(client, jw, command, reason);
     }
     case 'dlq': {
       const [sub, name, ...passOn] = args;

@@ -60,7 +60,8 @@ export const noFigures = (): RevisionFigures => ({
   pods: 0,
 });
 
-const zero = (): PodCounters => ({
+/** A pod's counters before it did anything. */
+export const zeroCounters = (): PodCounters => ({
   handled: 0,
   completed: 0,
   deadLettered: 0,
@@ -136,7 +137,7 @@ export function accumulate(
     if (!side) continue;
     restarts[side] = Math.max(restarts[side], s.restarts);
     const fresh = Date.parse(s.createdAt) >= Date.parse(countFrom);
-    const before = memory[s.pod] ?? (fresh ? { counters: zero(), restarts: 0 } : undefined);
+    const before = memory[s.pod] ?? (fresh ? { counters: zeroCounters(), restarts: 0 } : undefined);
     if (!s.counters) {
       // not answering yet: a new pod's counts start from zero whenever it answers
       if (before) next[s.pod] = before;

@@ -8,6 +8,7 @@ import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { PodCounters } from '../reconcile/capacity.js';
 import {
   LATENCY_BOUNDS,
+  zeroCounters,
   type PodCounters as RevisionCounters,
   type PodSample,
 } from '../reconcile/cohort-figures.js';
@@ -115,15 +116,7 @@ export async function readCohortSamples(
 
 /** What a cohort step compares, from one worker's /metrics. */
 export function parseRevisionCounters(text: string): RevisionCounters {
-  const c: RevisionCounters = {
-    handled: 0,
-    completed: 0,
-    deadLettered: 0,
-    retried: 0,
-    duplicates: 0,
-    deadLettersByClass: {},
-    latency: LATENCY_BOUNDS.map(() => 0),
-  };
+  const c: RevisionCounters = zeroCounters();
   for (const { name, labels, value } of samples(text)) {
     if (name === 'jobfleet_jobs_total') {
       c.handled += value;

@@ -19,7 +19,11 @@ import {
   cohortReplicas,
   type CohortCommand,
 } from '../../src/reconcile/cohort.js';
-import { LATENCY_BOUNDS, type PodCounters } from '../../src/reconcile/cohort-figures.js';
+import {
+  LATENCY_BOUNDS,
+  zeroCounters,
+  type PodCounters,
+} from '../../src/reconcile/cohort-figures.js';
 import { cohortDeploymentName, revisionOf } from '../../src/reconcile/desired.js';
 import { prng } from '../ground/prng.js';
 import type { Observation } from '../../src/reconcile/observation.js';
@@ -91,16 +95,6 @@ function specJson(
     },
   };
 }
-
-const zero = (): PodCounters => ({
-  handled: 0,
-  completed: 0,
-  deadLettered: 0,
-  retried: 0,
-  duplicates: 0,
-  deadLettersByClass: {},
-  latency: LATENCY_BOUNDS.map(() => 0),
-});
 
 class World {
   t = 0;
@@ -330,7 +324,7 @@ class World {
         createdAt: this.t,
         ready: false,
         restarts: 0,
-        counters: zero(),
+        counters: zeroCounters(),
         carry: 0,
       });
     }
