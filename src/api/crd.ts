@@ -53,6 +53,8 @@ interface CrdInput {
   printerColumns: Schema[];
   spec: z.ZodType;
   status: z.ZodType;
+  /** CEL rules on the whole object (they may read metadata.name) */
+  rules?: Array<{ rule: string; message: string }>;
 }
 
 function crd(c: CrdInput): Schema {
@@ -83,6 +85,7 @@ function crd(c: CrdInput): Schema {
               type: 'object',
               description: c.description,
               required: ['spec'],
+              ...(c.rules ? { 'x-kubernetes-validations': c.rules } : {}),
               properties: {
                 apiVersion: { type: 'string' },
                 kind: { type: 'string' },
@@ -106,6 +109,15 @@ export function jobWorkerCrd(): Schema {
     shortNames: ['jw'],
     description:
       'A fleet of queue workers, scaled on the age of the oldest waiting message and capped by downstream capacity.',
+    rules: [
+      {
+        // A JobWorker's cohort runs as the Deployment `<name>-cohort`: a
+        // JobWorker of that name would fight it for the same Deployment.
+        rule: "!self.metadata.name.endsWith('-cohort')",
+        message:
+          "metadata.name may not end in '-cohort': that name is taken by another JobWorker's cohort Deployment (<name>-cohort, docs/rollouts.md); choose another name",
+      },
+    ],
     printerColumns: [
       { name: 'Desired', type: 'integer', jsonPath: '.status.desiredReplicas' },
       { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },

@@ -117,4 +117,22 @@ describe('JobWorker CRD', () => {
     expect(err?.code).toBe(422);
     expect((JSON.parse(String(err?.body)) as { message: string }).message).toMatch(message);
   });
+
+  it("rejects a name ending in '-cohort' (another JobWorker's cohort Deployment), saying why", async () => {
+    const err = await create(
+      'shipper-cohort',
+      withSpec(() => undefined),
+    ).then(
+      () => undefined,
+      (e: k8s.ApiException<string>) => e,
+    );
+    expect(err?.code).toBe(422);
+    expect((JSON.parse(String(err?.body)) as { message: string }).message).toMatch(
+      /metadata\.name may not end in '-cohort'.*cohort Deployment/,
+    );
+    await create(
+      'shipper-cohorts',
+      withSpec(() => undefined),
+    );
+  });
 });
