@@ -4,28 +4,34 @@
 // deliveries (a group-commit batch, typically) costs one frame for the
 // worker to write and one for the broker to process. A delivery still
 // running is never inside such a run: the run stops at the first one.
+//
+// Only the running deliveries are remembered (at most the prefetch), never
+// the settled ones: a handler that hangs for hours while the rest of the
+// channel goes on must not make this grow with every job acked behind it.
 
 /** sends one ack frame: `upTo` acks every outstanding delivery tag ≤ `tag` */
 export type SendAck = (tag: number, upTo: boolean) => void;
 
 export class AckBatcher {
-  /** delivery tags not yet known to be settled, in order (the broker's order) */
-  private open: number[] = [];
-  private head = 0;
-  /** settled tags still in `open`: true = ack not sent yet; false = settled already (alone, or requeued) */
-  private readonly settled = new Map<number, boolean>();
+  /** deliveries not settled yet; tags arrive in increasing order, so the first is the oldest */
+  private readonly running = new Set<number>();
   private pending: number[] = [];
   private scheduled = false;
 
   constructor(private readonly send: SendAck) {}
 
+  /** deliveries remembered (running ones), for tests */
+  get tracked(): number {
+    return this.running.size;
+  }
+
   delivered(tag: number): void {
-    this.open.push(tag);
+    this.running.add(tag);
   }
 
   /** The delivery's record is durable: ack it, at the end of this turn. */
   ack(tag: number): void {
-    this.settled.set(tag, true);
+    this.running.delete(tag);
     this.pending.push(tag);
     if (this.scheduled) return;
     this.scheduled = true;
@@ -34,7 +40,7 @@ export class AckBatcher {
 
   /** The delivery was settled by another frame (a requeue): a later multiple ack may span it. */
   settledElsewhere(tag: number): void {
-    this.settled.set(tag, false);
+    this.running.delete(tag);
   }
 
   /** Sends what is pending now (also before the channel closes). */
@@ -43,30 +49,20 @@ export class AckBatcher {
     if (this.pending.length === 0) return;
     const pending = this.pending;
     this.pending = [];
-    // The longest run of settled deliveries from the oldest: one frame.
+    // Every delivery older than the oldest running one is settled: the
+    // pending acks below it go as one frame, up to the highest of them (a
+    // tag still outstanding, as the broker requires).
+    const oldestRunning = this.running.values().next().value ?? Infinity;
     let upTo = -1;
-    let acks = 0;
-    while (this.head < this.open.length) {
-      const tag = this.open[this.head] as number;
-      const state = this.settled.get(tag);
-      if (state === undefined) break;
-      if (state) {
-        upTo = tag;
-        acks++;
-      }
-      this.settled.delete(tag);
-      this.head++;
-    }
-    if (upTo >= 0) this.send(upTo, acks > 1);
-    // The rest, behind a delivery still running: one by one.
+    let below = 0;
     for (const tag of pending) {
-      if (tag <= upTo) continue;
-      this.send(tag, false);
-      this.settled.set(tag, false);
+      if (tag < oldestRunning) {
+        below++;
+        if (tag > upTo) upTo = tag;
+      }
     }
-    if (this.head > 1024 && this.head * 2 > this.open.length) {
-      this.open = this.open.slice(this.head);
-      this.head = 0;
-    }
+    if (upTo >= 0) this.send(upTo, below > 1);
+    // The rest, behind a delivery still running: one by one.
+    for (const tag of pending) if (tag > oldestRunning) this.send(tag, false);
   }
 }

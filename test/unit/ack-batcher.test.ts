@@ -75,4 +75,23 @@ describe('AckBatcher', () => {
       expect(acked(frames, tags)).toEqual([...done].sort((x, y) => x - y));
     }
   });
+
+  it('a delivery that never settles: what is remembered stays bounded while the rest go on', () => {
+    const frames: Array<[number, boolean]> = [];
+    const b = new AckBatcher((tag, upTo) => frames.push([tag, upTo]));
+    b.delivered(1); // hangs
+    for (let tag = 2; tag <= 100_001; tag++) {
+      b.delivered(tag);
+      b.ack(tag);
+      if (tag % 64 === 0) b.flush();
+    }
+    b.flush();
+    expect(b.tracked).toBe(1);
+    expect(frames).toHaveLength(100_000); // each behind the hung one, alone
+    expect(frames.every(([tag, upTo]) => tag > 1 && !upTo)).toBe(true);
+    b.ack(1);
+    b.flush();
+    expect(frames.at(-1)).toEqual([1, false]);
+    expect(b.tracked).toBe(0);
+  });
 });
