@@ -82,7 +82,9 @@ const tsconfig = (resolution: 'nodenext' | 'node10', files: string[]) => ({
   files,
 });
 
-describe('the npm packages, packed and installed', () => {
+// An install may fetch from the registry (a fresh machine's npm cache lacks
+// the tarballs' dependencies): tests may take as long as the commands may.
+describe('the npm packages, packed and installed', { timeout: 240_000 }, () => {
   let work: string;
   let worker: Packed;
   let operator: Packed;
