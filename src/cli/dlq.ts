@@ -7,9 +7,10 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
 import pg from 'pg';
-import type { JobWorkerStatus } from '../api/jobworker.js';
+import type { JobWorkerSpec, JobWorkerStatus } from '../api/jobworker.js';
 import { discard, replay, ReplayRefused, type ReplayProgress } from '../dlq/replay.js';
 import { askHold, holdGate, HoldTimeout } from '../dlq/replay-gate.js';
+import { replayRate } from '../dlq/replay-hold.js';
 import { DeadLetterStore, type DeadLetterRow, type Selector } from '../dlq/store.js';
 import { ClaimStore } from '../../worker/claim-store.js';
 import { redactUrl } from './verify.js';
@@ -46,7 +47,8 @@ A replay waits while the incident lasts: while dead letters of the selected clas
 (the last 2 minutes) and, through \`kubectl jobworker dlq\`, while the JobWorker's oldest message
 is past its objective, its dependency throttles, or it rolls out or back. It goes on by itself
 when that ends, and gives up after --hold-timeout seconds held (exit 3). --force replays anyway;
-the audit records that it was forced.`;
+the audit records that it was forced. Through \`kubectl jobworker dlq\`, --rate is also capped at
+what the JobWorker's downstream budget lets its fleet complete (it says so when it caps).`;
 
 const options = {
   'claims-url': { type: 'string' },
@@ -128,10 +130,12 @@ function selector(o: Values, queue: string): Selector {
   };
 }
 
-/** What `kubectl jobworker dlq` knows beyond the queue: the JobWorker whose holds a replay respects. */
+/** What `kubectl jobworker dlq` knows beyond the queue: the JobWorker whose holds and budget a replay respects. */
 export interface DlqTarget {
   jobWorker: string;
   status(): Promise<JobWorkerStatus | undefined>;
+  /** its spec, when it parses: the downstream budget caps a replay's rate */
+  spec(): Promise<JobWorkerSpec | undefined>;
 }
 
 export async function runDlq(argv: string[], target?: DlqTarget): Promise<number> {
@@ -316,6 +320,13 @@ async function act(
         console.error(`${err.message} Nothing was replayed.`);
         return 3;
       }
+      // Replayed jobs share the downstream budget with first attempts: never
+      // faster than it lets the fleet complete them (as a JobReplay).
+      const requested = positiveNumber(o.rate, '--rate');
+      const rate = target
+        ? replayRate(requested, await target.spec(), await target.status())
+        : { rate: requested };
+      if (rate.capped) console.error(`replaying at ${rate.capped}`);
       const replayed = await replay(
         {
           selector: s,
@@ -323,7 +334,7 @@ async function act(
           replayId,
           initiator,
           reason: o.force ? `${reason} (forced: replayed whatever the incident)` : reason,
-          ratePerSecond: positiveNumber(o.rate, '--rate'),
+          ratePerSecond: rate.rate,
           burst: positiveNumber(o.burst, '--burst'),
           maxCount: positiveNumber(o['max-count'], '--max-count'),
           failureThreshold: positiveNumber(o['failure-threshold'], '--failure-threshold'),

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { API_VERSION, KIND, type JobWorkerStatus } from '../api/jobworker.js';
+import { API_VERSION, KIND, parseSpec, type JobWorkerStatus } from '../api/jobworker.js';
 import { KubeClient, resourcePath, type KubeObject } from '../kube/client.js';
 import { KubeAccess } from '../kube/kubeconfig.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
@@ -206,8 +206,17 @@ async function main(argv: string[]): Promise<number> {
           '--amqp-url',
           target.amqpUrl,
         ],
-        // a replay holds while this JobWorker's status says the incident is on
-        { jobWorker: name, status: () => get(name).then((jw) => jw.status) },
+        // a replay holds while this JobWorker's status says the incident is on,
+        // and goes no faster than its downstream budget lets the fleet complete
+        {
+          jobWorker: name,
+          status: () => get(name).then((jw) => jw.status),
+          spec: () =>
+            get(name).then((jw) => {
+              const parsed = parseSpec(jw.spec);
+              return parsed.ok ? parsed.spec : undefined;
+            }),
+        },
       );
     }
     default:

@@ -3,7 +3,7 @@
 // DeadLettersOverdue, the age gauge) and drives a JobReplay resource to
 // completion, writing progress to its status.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { KubeClient, type KubeObject } from '../../src/kube/client.js';
+import { KubeClient, resourcePath, type KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
 import { Permanent, publish } from '../../worker/index.js';
 import { jobfleet } from '../fixtures/jobfleet-cli.js';
@@ -374,6 +374,73 @@ describe('the quarantine, seen by the operator', () => {
     expect(held.stderr).toContain('held (TargetPaused): JobWorker shipper is paused');
     expect(held.code).toBe(3);
     expect((await h.db.pool.query('select 1 from jobfleet_dead_letter_audit')).rowCount).toBe(0);
+  });
+
+  it('kubectl jobworker dlq replay goes no faster than the downstream budget lets the fleet complete, and says so', async () => {
+    const broken = new Set(Array.from({ length: 6 }, (_, i) => `c-${i}`));
+    await failingWorker(broken);
+    for (const id of broken) await h.job(id);
+    await setUp();
+    await eventually('6 dead letters', async () =>
+      (await h.db.pool.query('select 1 from jobfleet_dead_letters')).rowCount === 6
+        ? true
+        : undefined,
+    );
+    broken.clear(); // the carrier is fixed; the incident is over
+    await h.db.pool.query(
+      `update jobfleet_dead_letters set dead_lettered_at = now() - interval '3 minutes'`,
+    );
+    // A budget of 8 in flight at prefetch 8 is one replica; the operator measured 2 jobs/s per
+    // replica (set here as its status would say: this JobWorker reads no worker figures).
+    const path = resourcePath('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'shipper');
+    const merge = 'application/merge-patch+json';
+    await client.request(
+      'PATCH',
+      path,
+      { spec: { scaling: { downstream: { maxConcurrency: 8 } } } },
+      merge,
+    );
+    await client.request('PATCH', `${path}/status`, { status: { capacityPerReplica: 2 } }, merge);
+    await eventually('the JobWorker settled (no rollout to wait for)', async () => {
+      const jw = await get('JobWorker', 'shipper');
+      return jw.status?.phase === 'Healthy' && jw.status?.capacityPerReplica === 2
+        ? true
+        : undefined;
+    });
+    const kubectl = kubectlWithPlugin(ns.kubeconfigPath);
+    const r = await kubectl(
+      'jobworker',
+      'dlq',
+      'replay',
+      'shipper',
+      '-n',
+      ns.namespace,
+      '--class',
+      'permanent',
+      '--reason',
+      'carrier fixed',
+      '--rate',
+      '50',
+      '--burst',
+      '1',
+      '--max-count',
+      '6',
+      '--wait',
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain(
+      'replaying at 50/s capped at 2/s: the downstream budget (maxConcurrency 8) lets 1 replicas of 2 jobs/s each complete no more',
+    );
+    const { rows } = await h.db.pool.query<{ span: number; n: number }>(
+      `select extract(epoch from max(at) - min(at))::float8 as span, count(*)::int as n
+       from jobfleet_dead_letter_audit where action = 'replayed'`,
+    );
+    // 6 at 2/s with a burst of 1: 5 gaps of 500 ms (at 50/s they would take 0.1 s).
+    expect(rows[0]!.n).toBe(6);
+    expect(rows[0]!.span).toBeGreaterThanOrEqual(2.2);
+    await eventually('every replayed job completed', async () =>
+      (await h.effects()) === 6 ? true : undefined,
+    );
   });
 
   it('a JobReplay naming a missing JobWorker waits in Pending and says what to fix', async () => {
