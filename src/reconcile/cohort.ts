@@ -81,7 +81,12 @@ export type CohortCheck =
   | 'Blocked'
   | 'Unrecorded';
 
-/** Duplicates the cohort should have suppressed, at the stable revision's rate, before a collapse is judged. */
+/**
+ * Duplicates the stable revision must itself have suppressed in the window,
+ * and the cohort should have at its rate, before a collapse is judged: a
+ * handful on the stable side (a redelivered batch after a pod left) says
+ * nothing about the cohort's keys.
+ */
 const COLLAPSE_EXPECTED = 10;
 
 /** The cohort's replicas at a step of a fleet of `total`: never more than the fleet. */
@@ -433,7 +438,11 @@ function judge(
   // suppressed enough to tell.
   const sDup = ratio(base.duplicates, base);
   const cDup = ratio(c.duplicates, c);
-  if (sDup * c.handled >= COLLAPSE_EXPECTED && cDup < sDup / 4)
+  if (
+    base.duplicates >= COLLAPSE_EXPECTED &&
+    sDup * c.handled >= COLLAPSE_EXPECTED &&
+    cDup < sDup / 4
+  )
     return {
       check: 'Duplicates',
       reason: `duplicate suppression collapsed: cohort ${pct(cDup)} (${c.duplicates} of ${c.handled}) of its deliveries suppressed as duplicates or claim conflicts vs stable ${pct(sDup)} (${base.duplicates} of ${base.handled}); the cohort runs again what the stable revision suppresses`,

@@ -700,6 +700,27 @@ describe('Cohort strategy: aborts', () => {
     );
   });
 
+  it('does not judge a collapse on a handful of stable duplicates (a redelivered batch landing on stable pods)', () => {
+    const w = steady();
+    // the cohort at three times the stable share, as at the demo's last step
+    w.edit(
+      image2({
+        steps: [
+          { cohort: { replicas: 1 } },
+          { cohort: { percent: 75 } },
+          { cohort: { percent: 100 } },
+        ],
+      }),
+    );
+    w.until('step 2', (x) => x.status?.cohort?.step === 2 && !!x.status.cohort.analysisUntil, 600);
+    // as in a demo run: 4 suppressed copies, all on the stable side, none on the cohort's
+    const stable = w.pods.find((p) => p.revision === '1' && p.ready && !p.terminatingAt)!;
+    stable.counters.handled += 4;
+    stable.counters.duplicates += 4;
+    w.until('promoted', (x) => !!x.status?.lastCohort, 1200);
+    expect(w.status?.lastCohort).toMatchObject({ result: 'Promoted' });
+  });
+
   it.each([1, 2, 3])(
     'does not abort a revision as good as the stable one, whose outcomes are random (seed %i)',
     (seed) => {
