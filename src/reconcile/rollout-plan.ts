@@ -445,21 +445,8 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
         message: lastRollback.message,
       };
   }
-  // A cohort aborted by a check: the revision stays off, and says why, until the spec changes.
   const lastCohort = previous?.lastCohort;
-  if (
-    !degraded &&
-    aborted &&
-    lastCohort?.result === 'Aborted' &&
-    lastCohort.revision === aborted &&
-    lastCohort.check !== 'Manual'
-  )
-    degraded = {
-      type: 'Degraded',
-      status: 'True',
-      reason: 'CohortAborted',
-      message: `${lastCohort.message} Change the spec (a new revision) to roll forward again.`,
-    };
+  degraded ??= cohortAborted(lastCohort, aborted);
   if (aborted && !state && step.finished?.trigger === 'AutoRollback')
     events.push({
       type: 'Warning',
@@ -609,9 +596,26 @@ function cohortPlan(
       lastCohort: f ?? previous?.lastCohort,
       conditions: [],
       progressing: out.progressing,
+      // in the very status that records the abort, not one reconcile later
+      degraded: cohortAborted(f, aborted),
       rollingBack: false,
     },
     requeueMs: out.requeueMs,
     events: out.events,
+  };
+}
+
+/** A cohort aborted by a check: the revision stays off, and says why, until the spec changes. */
+function cohortAborted(
+  last: JobWorkerStatus['lastCohort'],
+  aborted: string | undefined,
+): ConditionInput | undefined {
+  if (!aborted || last?.result !== 'Aborted' || last.revision !== aborted) return undefined;
+  if (last.check === 'Manual') return undefined;
+  return {
+    type: 'Degraded',
+    status: 'True',
+    reason: 'CohortAborted',
+    message: `${last.message} Change the spec (a new revision) to roll forward again.`,
   };
 }

@@ -10,6 +10,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { KubeClient, KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
+import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
 import { urlSecrets, testOperator } from '../fixtures/operator.js';
 import {
   runnerGround,
@@ -263,6 +264,42 @@ describe('the Cohort strategy on real workers', () => {
     expect(status.lastCohort.message).toContain('duplicate suppression collapsed');
     await assertDrainedFirst(from, to, status);
     await elsewhere.cleanup();
+  }, 300_000);
+  it('kubectl jobworker promote skips the step under analysis and abort ends the cohort, each with who and why in the events and status', async () => {
+    op = await testOperator(client, g.ns.namespace, { pollMs: 1000 });
+    await g.apply(cohortSpec());
+    await runningAt('1');
+    producer = produce(30);
+    const kubectl = kubectlWithPlugin(g.ns.kubeconfigPath);
+    const jobworker = (...args: string[]) => kubectl('jobworker', ...args, '-n', g.ns.namespace);
+    const idle = await jobworker('promote', 'shipper', '--reason', 'too early');
+    expect(idle.code).toBe(1);
+    expect(idle.stderr).toContain(
+      'shipper has no cohort step to promote (no Cohort rollout in progress)',
+    );
+
+    await g.apply(cohortSpec({ image: 'registry.example.com/shipping/worker:2' }));
+    await follow((st) => st.cohort?.step === 1 && !!st.cohort.analysisUntil, 120_000);
+    const promoted = await jobworker('promote', 'shipper', '--reason', 'canary dashboards clean');
+    expect(promoted.code, promoted.stderr).toBe(0);
+    expect(promoted.stdout).toContain('revision 2 skips the analysis of step 1 of 3');
+    // step 1 ends long before its 15 s window would have
+    await follow((st) => (st.cohort?.step ?? 0) >= 2, 10_000);
+
+    const aborted = await jobworker('abort', 'shipper', '--reason', 'INC-9: carrier latency');
+    expect(aborted.code, aborted.stderr).toBe(0);
+    const { status } = await follow((st) => !!st.lastCohort, 120_000);
+    expect(status.lastCohort).toMatchObject({ revision: '2', result: 'Aborted', check: 'Manual' });
+    // the kubeconfig's user, as the apiserver knows it, and the reason given
+    expect(status.lastCohort.message).toMatch(/aborted by \S+: INC-9: carrier latency/);
+    const events = await client.list<KubeObject & { reason?: string; message?: string }>(
+      'v1',
+      'Event',
+      g.ns.namespace,
+    );
+    const skipped = events.items.find((e) => e.reason === 'CohortStepSkipped');
+    expect(skipped?.message).toMatch(/step 1 of 3 .*skipped by \S+: canary dashboards clean/);
+    await runningAt('1');
   }, 300_000);
 });
 

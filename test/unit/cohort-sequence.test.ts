@@ -670,6 +670,8 @@ describe('Cohort strategy: aborts', () => {
       );
       const last = w.status!.lastCohort!;
       expect(last).toMatchObject({ revision: '2', stable: '1', check });
+      // the status that records the abort is already Degraded: an alert on the phase fires at once
+      expect(w.status?.phase).toBe('Degraded');
       expect(last.message).toContain(words);
       expect(last.message).toContain('at step 1 of 3');
       // drained first: revision 1 kept at least its share consuming, and ended with the whole fleet
