@@ -54,7 +54,7 @@ interface CrdInput {
   spec: z.ZodType;
   status: z.ZodType;
   /** CEL rules on the whole object (they may read metadata.name) */
-  rules?: Array<{ rule: string; message: string }>;
+  rules?: Array<{ rule: string; message: string; optionalOldSelf?: boolean }>;
 }
 
 function crd(c: CrdInput): Schema {
@@ -113,7 +113,10 @@ export function jobWorkerCrd(): Schema {
       {
         // A JobWorker's cohort runs as the Deployment `<name>-cohort`: a
         // JobWorker of that name would fight it for the same Deployment.
-        rule: "!self.metadata.name.endsWith('-cohort')",
+        // Checked at creation only: one created before the rule must still
+        // take status writes and edits.
+        rule: "oldSelf.hasValue() || !self.metadata.name.endsWith('-cohort')",
+        optionalOldSelf: true,
         message:
           "metadata.name may not end in '-cohort': that name is taken by another JobWorker's cohort Deployment (<name>-cohort, docs/rollouts.md); choose another name",
       },

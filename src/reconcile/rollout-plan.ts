@@ -596,8 +596,9 @@ function cohortPlan(
       lastCohort: f ?? previous?.lastCohort,
       conditions: [],
       progressing: out.progressing,
-      // in the very status that records the abort, not one reconcile later
-      degraded: cohortAborted(f, aborted),
+      // in the very status that records the abort, not one reconcile later;
+      // not when the spec moved on meanwhile (it no longer asks for that revision)
+      degraded: aborted === o.specRevision ? cohortAborted(f, aborted) : undefined,
       rollingBack: false,
     },
     requeueMs: out.requeueMs,

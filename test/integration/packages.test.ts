@@ -83,8 +83,9 @@ const tsconfig = (resolution: 'nodenext' | 'node10', files: string[]) => ({
 });
 
 // An install may fetch from the registry (a fresh machine's npm cache lacks
-// the tarballs' dependencies): tests may take as long as the commands may.
-describe('the npm packages, packed and installed', { timeout: 240_000 }, () => {
+// the tarballs' dependencies): a test may take as long as its commands in a
+// row may (each has 240 s).
+describe('the npm packages, packed and installed', { timeout: 600_000 }, () => {
   let work: string;
   let worker: Packed;
   let operator: Packed;
@@ -92,7 +93,7 @@ describe('the npm packages, packed and installed', { timeout: 240_000 }, () => {
     work = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-packages-'));
     worker = await pack(['--workspace', 'worker'], work);
     operator = await pack([], work);
-  }, 240_000);
+  }, 480_000);
 
   it('each tarball holds its built code, its types (the library), LICENSE and README — no sources, no tests', () => {
     const names = (p: Packed) => p.files.map((f) => f.path);

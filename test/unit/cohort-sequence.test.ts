@@ -692,6 +692,23 @@ describe('Cohort strategy: aborts', () => {
     },
   );
 
+  it('a spec that moves on while a cohort drains after a failed check raises no Degraded for the revision it left', () => {
+    const w = steady({ '2': { deadLetter: 0.1 } });
+    w.edit(image2());
+    w.until('aborting', (x) => x.status?.cohort?.phase === 'Aborting', 600);
+    w.edit(specJson({ image: 'registry.example.com/w:3' }));
+    const phases = new Set<string>();
+    w.until(
+      'the abort recorded',
+      (x) => !!x.status?.lastCohort,
+      600,
+      (x) => phases.add(x.status?.phase ?? ''),
+    );
+    w.run(5);
+    expect(w.status?.lastCohort).toMatchObject({ revision: '2', result: 'Aborted' });
+    expect([...phases]).not.toContain('Degraded');
+  });
+
   it('aborts when duplicate suppression collapses: the stable revision suppresses duplicates the cohort runs again', () => {
     const w = steady({ '1': { duplicate: 0.2 }, '2': {} });
     w.edit(image2());
