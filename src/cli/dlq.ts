@@ -133,9 +133,8 @@ function selector(o: Values, queue: string): Selector {
 /** What `kubectl jobworker dlq` knows beyond the queue: the JobWorker whose holds and budget a replay respects. */
 export interface DlqTarget {
   jobWorker: string;
-  status(): Promise<JobWorkerStatus | undefined>;
-  /** its spec, when it parses: the downstream budget caps a replay's rate */
-  spec(): Promise<JobWorkerSpec | undefined>;
+  /** its status, and its spec when it parses (the downstream budget caps a replay's rate): one read */
+  read(): Promise<{ spec?: JobWorkerSpec; status?: JobWorkerStatus }>;
 }
 
 export async function runDlq(argv: string[], target?: DlqTarget): Promise<number> {
@@ -302,7 +301,7 @@ async function act(
                 jobWorker: target?.jobWorker ?? queue,
                 queue,
                 failureClass: s.failureClass,
-                status: await target?.status(),
+                status: (await target?.read())?.status,
                 now: Date.now(),
               }),
             onHeld: (h) =>
@@ -323,9 +322,8 @@ async function act(
       // Replayed jobs share the downstream budget with first attempts: never
       // faster than it lets the fleet complete them (as a JobReplay).
       const requested = positiveNumber(o.rate, '--rate');
-      const rate = target
-        ? replayRate(requested, await target.spec(), await target.status())
-        : { rate: requested };
+      const jw = await target?.read();
+      const rate = jw ? replayRate(requested, jw.spec, jw.status) : { rate: requested };
       if (rate.capped) console.error(`replaying at ${rate.capped}`);
       const replayed = await replay(
         {

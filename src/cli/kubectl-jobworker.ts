@@ -210,12 +210,11 @@ async function main(argv: string[]): Promise<number> {
         // and goes no faster than its downstream budget lets the fleet complete
         {
           jobWorker: name,
-          status: () => get(name).then((jw) => jw.status),
-          spec: () =>
-            get(name).then((jw) => {
-              const parsed = parseSpec(jw.spec);
-              return parsed.ok ? parsed.spec : undefined;
-            }),
+          read: async () => {
+            const jw = await get(name);
+            const parsed = parseSpec(jw.spec);
+            return { spec: parsed.ok ? parsed.spec : undefined, status: jw.status };
+          },
         },
       );
     }

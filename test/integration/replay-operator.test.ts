@@ -104,6 +104,26 @@ const replayAfterFix = (ratePerSecond: number, reason: string) =>
     'test-user',
   );
 
+/** The dead letters are minutes old: no failure still arriving holds a replay. */
+const incidentOver = () =>
+  h.db.pool.query(
+    `update jobfleet_dead_letters set dead_lettered_at = now() - interval '3 minutes'`,
+  );
+
+/** `kubectl jobworker dlq replay shipper` of the permanent failures, with `args` (--reason, …). */
+const replayByPlugin = (kubectl: ReturnType<typeof kubectlWithPlugin>, ...args: string[]) =>
+  kubectl(
+    'jobworker',
+    'dlq',
+    'replay',
+    'shipper',
+    '-n',
+    ns.namespace,
+    '--class',
+    'permanent',
+    ...args,
+  );
+
 async function gauge(name: string): Promise<number | undefined> {
   const m = (await op!.metrics.registry.getSingleMetric(name)?.get()) as
     { values: Array<{ value: number; labels: Record<string, unknown> }> } | undefined;
@@ -246,9 +266,7 @@ describe('the quarantine, seen by the operator', () => {
 
     // The fix is in and no failure has arrived for longer than the window: it starts by itself.
     broken.clear();
-    await h.db.pool.query(
-      `update jobfleet_dead_letters set dead_lettered_at = now() - interval '3 minutes'`,
-    );
+    await incidentOver();
     await eventually(
       'replaying',
       async () => {
@@ -341,9 +359,7 @@ describe('the quarantine, seen by the operator', () => {
     expect(missing.stderr).toContain(`JobWorker ${ns.namespace}/nobody does not exist`);
 
     // A replay through the plugin holds on the JobWorker's status too: here, paused.
-    await h.db.pool.query(
-      `update jobfleet_dead_letters set dead_lettered_at = now() - interval '3 minutes'`,
-    );
+    await incidentOver();
     const pause = await kubectl(
       'jobworker',
       'pause',
@@ -357,20 +373,7 @@ describe('the quarantine, seen by the operator', () => {
     await eventually('the JobWorker Paused', async () =>
       (await get('JobWorker', 'shipper')).status?.phase === 'Paused' ? true : undefined,
     );
-    const held = await kubectl(
-      'jobworker',
-      'dlq',
-      'replay',
-      'shipper',
-      '-n',
-      ns.namespace,
-      '--class',
-      'permanent',
-      '--reason',
-      'retry',
-      '--hold-timeout',
-      '1',
-    );
+    const held = await replayByPlugin(kubectl, '--reason', 'retry', '--hold-timeout', '1');
     expect(held.stderr).toContain('held (TargetPaused): JobWorker shipper is paused');
     expect(held.code).toBe(3);
     expect((await h.db.pool.query('select 1 from jobfleet_dead_letter_audit')).rowCount).toBe(0);
@@ -387,9 +390,7 @@ describe('the quarantine, seen by the operator', () => {
         : undefined,
     );
     broken.clear(); // the carrier is fixed; the incident is over
-    await h.db.pool.query(
-      `update jobfleet_dead_letters set dead_lettered_at = now() - interval '3 minutes'`,
-    );
+    await incidentOver();
     // A budget of 8 in flight at prefetch 8 is one replica; the operator measured 2 jobs/s per
     // replica (set here as its status would say: this JobWorker reads no worker figures).
     const path = resourcePath('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'shipper');
@@ -408,15 +409,8 @@ describe('the quarantine, seen by the operator', () => {
         : undefined;
     });
     const kubectl = kubectlWithPlugin(ns.kubeconfigPath);
-    const r = await kubectl(
-      'jobworker',
-      'dlq',
-      'replay',
-      'shipper',
-      '-n',
-      ns.namespace,
-      '--class',
-      'permanent',
+    const r = await replayByPlugin(
+      kubectl,
       '--reason',
       'carrier fixed',
       '--rate',
