@@ -30,6 +30,8 @@ export interface OperatorBench {
   /** API requests per JobWorker until converged, by verb and resource (jobfleet_api_requests_total) */
   requestsPerJobWorker: Record<string, number>;
   peakRssMiB: number;
+  /** the operator's environment taken from the chart (chartEnv) */
+  chartEnv: Record<string, string>;
   /** the operator's V8 heap in use once converged (nodejs_heap_size_used_bytes) */
   heapUsedMiB: number;
   /** TCP+TLS connections the operator opened to the apiserver until converged, for requests and for watches */
@@ -80,12 +82,34 @@ const quantile = (sorted: number[], q: number) => sorted[Math.floor(sorted.lengt
 
 const total = (w: Record<string, number>) => Object.values(w).reduce((a, b) => a + b, 0);
 
-/** NODE_OPTIONS as the chart sets them by default (templates/deployment.yaml). */
-function chartNodeOptions(): string {
+/**
+ * The operator container's environment as the chart sets it by default, for
+ * the settings that decide speed and memory: read from
+ * templates/deployment.yaml with values.yaml's defaults filled in, so the
+ * bench measures what the chart ships.
+ */
+function chartEnv(): Record<string, string> {
   const values = parse(
     readFileSync(path.join(repoRoot, 'charts/jobfleet/values.yaml'), 'utf8'),
-  ) as { heapLimitMiB: number };
-  return `--max-old-space-size=${values.heapLimitMiB} --max-semi-space-size=2`;
+  ) as Record<string, unknown>;
+  const template = readFileSync(
+    path.join(repoRoot, 'charts/jobfleet/templates/deployment.yaml'),
+    'utf8',
+  );
+  const env: Record<string, string> = {};
+  for (const name of [
+    'NODE_OPTIONS',
+    'MALLOC_ARENA_MAX',
+    'JOBFLEET_CONCURRENCY',
+    'JOBFLEET_CREATION_WINDOW',
+  ]) {
+    const raw = new RegExp(`\\{ name: ${name}, value: (.+) \\}`).exec(template)?.[1];
+    if (raw === undefined) throw new Error(`the chart no longer sets ${name}: update the bench`);
+    env[name] = raw
+      .replace(/\{\{ \.Values\.(\w+)(?: \| quote)? \}\}/g, (_, v: string) => String(values[v]))
+      .replace(/^'(.*)'$/, '$1');
+  }
+  return env;
 }
 
 /** The example's JobWorker spec, without its management URL (nothing polls RabbitMQ). */
@@ -194,7 +218,7 @@ export async function runOperatorBench(opts: {
       cwd: repoRoot,
       env: {
         ...process.env,
-        NODE_OPTIONS: chartNodeOptions(),
+        ...chartEnv(),
         KUBECONFIG: plane.kubeconfigPath,
         POD_NAMESPACE: namespace,
         POD_NAME: 'bench-operator',
@@ -296,6 +320,7 @@ export async function runOperatorBench(opts: {
         Object.entries(requests).map(([verb, n]) => [verb, n / opts.count]),
       ),
       peakRssMiB: peakRssMiB(operator.pid as number),
+      chartEnv: chartEnv(),
       heapUsedMiB,
       connections,
       writesPerJobWorker: total(settled) / opts.count,

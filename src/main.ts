@@ -11,6 +11,8 @@
 //   JOBFLEET_OPERATOR_HOST        the address they listen on, default all interfaces
 //   JOBFLEET_CONCURRENCY          JobWorker reconciles at once, default 16 (they mostly wait on the
 //                                 apiserver; bench/RESULTS.md, operator: 4 → 16 cut 300 JobWorkers 30 → 22 s)
+//   JOBFLEET_CREATION_WINDOW      JobWorkers whose Deployments the control plane is creating at once, default 50;
+//                                 the rest of a mass create waits its turn (src/controller/creation-window.ts), 0: no limit
 //   JOBFLEET_RESYNC_SECONDS       every JobWorker is reconciled at least this often, default 300
 //   JOBFLEET_PROMETHEUS_URL       Prometheus scraping the workers (throttling signal); per JobWorker: spec.scaling.prometheusUrl
 //   LOG_LEVEL                     default info
@@ -21,11 +23,11 @@ import { startOperator } from './operator.js';
 
 const log = createLogger();
 
-function positive(v: string | undefined, name: string): number | undefined {
+function wholeNumber(v: string | undefined, name: string, min: number): number | undefined {
   if (v === undefined || v === '') return undefined;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1)
-    throw new Error(`${name} must be a whole number of 1 or more, got "${v}"`);
+  if (!Number.isInteger(n) || n < min)
+    throw new Error(`${name} must be a whole number of ${min} or more, got "${v}"`);
   return n;
 }
 const env = process.env;
@@ -47,7 +49,8 @@ const operator = await startOperator({
   },
   port: Number(env.JOBFLEET_OPERATOR_PORT ?? 8080),
   host: env.JOBFLEET_OPERATOR_HOST || undefined,
-  concurrency: positive(env.JOBFLEET_CONCURRENCY, 'JOBFLEET_CONCURRENCY') ?? 16,
+  concurrency: wholeNumber(env.JOBFLEET_CONCURRENCY, 'JOBFLEET_CONCURRENCY', 1) ?? 16,
+  creationWindow: wholeNumber(env.JOBFLEET_CREATION_WINDOW, 'JOBFLEET_CREATION_WINDOW', 0),
   resyncMs: Number(env.JOBFLEET_RESYNC_SECONDS ?? 300) * 1000,
   prometheusUrl: env.JOBFLEET_PROMETHEUS_URL || undefined,
   log,

@@ -30,6 +30,8 @@ export interface OperatorOptions {
   /** the address /metrics, /healthz and /readyz listen on; all interfaces by default */
   host?: string;
   concurrency?: number;
+  /** JobWorkers created at once (src/controller/creation-window.ts), default 50; 0: no limit */
+  creationWindow?: number;
   resyncMs?: number;
   /** how often queue signals are read while scaling on age (default 10 s) */
   pollMs?: number;
@@ -100,6 +102,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
         log,
         namespaces,
         concurrency: o.concurrency ?? 4,
+        creationWindow: o.creationWindow ?? 50,
         resyncMs: o.resyncMs ?? 5 * 60_000,
         replayProgressMs: o.replayProgressMs,
         onQueues: (delta) => metrics.workQueues.inc(delta),

@@ -31,6 +31,8 @@ export class LeaderElector {
   private leading = false;
   private stopped = false;
   private observed: { record: string; at: number } | undefined;
+  /** the Lease as our last successful write returned it: a leader renews over it without reading first */
+  private held: (KubeObject & { spec: LeaseSpec }) | undefined;
   private lastRenew = 0;
   private timer: NodeJS.Timeout | undefined;
   private readonly leaseDuration: number;
@@ -87,6 +89,23 @@ export class LeaderElector {
 
   private async tryAcquireOrRenew(signal: AbortSignal): Promise<boolean> {
     const now = new Date();
+    // client-go's fast path: a leader renews over the record of its own last
+    // write, one request; if anyone wrote since, the resourceVersion no longer
+    // matches (409) and the lease is read as a candidate would.
+    const held = this.leading ? this.held : undefined;
+    this.held = undefined;
+    if (held) {
+      try {
+        return this.wrote(
+          await this.client.replace(
+            { ...held, spec: { ...held.spec, renewTime: microTime(now) } },
+            signal,
+          ),
+        );
+      } catch (err) {
+        if (!(err instanceof KubeApiError && err.status === 409)) throw err;
+      }
+    }
     const lease = await this.client.find<KubeObject & { spec?: LeaseSpec }>(
       'coordination.k8s.io/v1',
       'Lease',
@@ -101,7 +120,7 @@ export class LeaderElector {
     };
     if (!lease) {
       try {
-        await this.client.create(
+        const created = await this.client.create<KubeObject & { spec: LeaseSpec }>(
           {
             apiVersion: 'coordination.k8s.io/v1',
             kind: 'Lease',
@@ -110,7 +129,7 @@ export class LeaderElector {
           },
           signal,
         );
-        return true;
+        return this.wrote(created);
       } catch (err) {
         if (err instanceof KubeApiError && err.status === 409) return false; // someone else was first
         throw err;
@@ -133,16 +152,22 @@ export class LeaderElector {
             leaseTransitions: (spec.leaseTransitions ?? 0) + 1,
           };
     try {
-      const updated = await this.client.replace<KubeObject & { spec: LeaseSpec }>(
-        { ...lease, spec: next },
-        signal,
+      return this.wrote(
+        await this.client.replace<KubeObject & { spec: LeaseSpec }>(
+          { ...lease, spec: next },
+          signal,
+        ),
       );
-      this.observed = { record: JSON.stringify(updated.spec), at: Date.now() };
-      return true;
     } catch (err) {
       if (err instanceof KubeApiError && err.status === 409) return false;
       throw err;
     }
+  }
+
+  private wrote(lease: KubeObject & { spec: LeaseSpec }): true {
+    this.held = lease;
+    this.observed = { record: JSON.stringify(lease.spec), at: Date.now() };
+    return true;
   }
 
   /** Stops campaigning; when leading, gives the lease up so a standby takes over at once. */

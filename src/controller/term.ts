@@ -10,12 +10,16 @@ import { REPLAY_KIND } from '../api/jobreplay.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { EventRecorder } from '../kube/events.js';
 import { LABEL_JOBWORKER } from '../reconcile/desired.js';
+import { CreationWindow, hasItsPods } from './creation-window.js';
 import { Informer, keyOf } from './informer.js';
 import { JobReplayController } from './replay-controller.js';
 import { NeedsAttention, type JobWorkerReconciler } from './reconciler.js';
 import { WorkQueue, type ProcessResult } from './workqueue.js';
 
 export type Controller = 'jobworker' | 'jobreplay';
+
+/** A creation whose Deployment has no pods after this long gives its slot up (quota, admission, a stuck controller manager). */
+const CREATION_TIMEOUT_MS = 30_000;
 
 export interface TermDeps {
   client: KubeClient;
@@ -25,6 +29,8 @@ export interface TermDeps {
   /** watched namespaces; [undefined] for all */
   namespaces: Array<string | undefined>;
   concurrency: number;
+  /** JobWorkers created at once while the control plane creates their pods (./creation-window.ts); 0: no limit */
+  creationWindow?: number;
   resyncMs: number;
   replayProgressMs?: number;
   /** told when the term's queues start and stop (the work-queue gauge) */
@@ -43,6 +49,8 @@ export class LeadershipTerm {
   private readonly queue: WorkQueue;
   private readonly replayQueue: WorkQueue;
   private readonly replays: JobReplayController;
+  private readonly creations: CreationWindow;
+  private readonly expiry: NodeJS.Timeout;
   private stopping: Promise<void> | undefined;
   /** every JobWorker and Deployment cache is filled: reconciles have begun */
   synced = false;
@@ -55,6 +63,10 @@ export class LeadershipTerm {
       log,
       progressEveryMs: d.replayProgressMs,
     });
+    const creations = (this.creations = new CreationWindow({
+      size: d.creationWindow ?? 0,
+      timeoutMs: CREATION_TIMEOUT_MS,
+    }));
     const q = (this.queue = new WorkQueue({
       concurrency: d.concurrency,
       onError: () => d.onRetry?.('jobworker'),
@@ -71,7 +83,10 @@ export class LeadershipTerm {
         namespace,
         resyncMs: d.resyncMs,
         log,
-        onChange: (key) => q.add(key),
+        onChange: (key, obj) => {
+          if (!obj) for (const k of creations.release(key, Date.now())) q.add(k);
+          q.add(key);
+        },
       });
       // A Deployment's status changes (pods ready, rollout done) wake its JobWorker.
       const deployments = new Informer(d.client, {
@@ -86,9 +101,11 @@ export class LeadershipTerm {
         log,
         onChange: (_key, obj) => {
           const owner = obj?.metadata.labels?.[LABEL_JOBWORKER];
-          if (obj && owner)
-            // A wake-up of a JobWorker whose children exist: served before first-time creations.
-            q.add(keyOf({ metadata: { namespace: obj.metadata.namespace, name: owner } }), true);
+          if (!obj || !owner) return;
+          const key = keyOf({ metadata: { namespace: obj.metadata.namespace, name: owner } });
+          if (hasItsPods(obj)) for (const k of creations.release(key, Date.now())) q.add(k);
+          // A wake-up of a JobWorker whose children exist: served before first-time creations.
+          q.add(key, true);
         },
       });
       this.caches.set(`JobWorker/${namespace ?? ''}`, jobWorkers);
@@ -108,6 +125,10 @@ export class LeadershipTerm {
         }),
     );
     this.informers = [...owned, ...replayInformers];
+    this.expiry = setInterval(() => {
+      for (const k of creations.expire(Date.now())) q.add(k);
+    }, 1000);
+    this.expiry.unref();
     d.onQueues?.(2);
     void Promise.all(replayInformers.map((i) => i.start())).then(
       () => rq.start(this.traced('jobreplay', (key) => this.replays.reconcile(key))),
@@ -119,9 +140,11 @@ export class LeadershipTerm {
         if (this.stopping) return;
         this.synced = true;
         q.start(
-          this.traced('jobworker', (key) =>
-            d.reconciler.reconcile(key, (kind, ns, name) => this.cached(kind, ns, name)),
-          ),
+          this.traced('jobworker', (key) => {
+            // A creation waits for its turn; the window adds the key back then.
+            if (!this.mayCreate(key)) return Promise.resolve({});
+            return d.reconciler.reconcile(key, (kind, ns, name) => this.cached(kind, ns, name));
+          }),
         );
       },
       (err: Error) => log.error({ err }, 'initial list failed'),
@@ -154,6 +177,15 @@ export class LeadershipTerm {
     };
   }
 
+  /** A JobWorker without its Deployment is a creation: one of the window's, or it waits. */
+  private mayCreate(key: string): boolean {
+    const [namespace, name] = key.split('/') as [string, string];
+    const jw = this.cached('JobWorker', namespace, name);
+    if (!jw || jw.metadata.deletionTimestamp || this.cached('Deployment', namespace, name))
+      return true;
+    return this.creations.admit(key, Date.now());
+  }
+
   /** The JobWorker or Deployment as this term's watch last saw it. */
   cached(
     kind: 'JobWorker' | 'Deployment',
@@ -173,6 +205,7 @@ export class LeadershipTerm {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       this.synced = false;
+      clearInterval(this.expiry);
       for (const i of this.informers) i.stop();
       // The replay queue first: a reconcile it is finishing may still start a
       // run, which the controller's stop then aborts with the rest.

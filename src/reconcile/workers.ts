@@ -72,8 +72,16 @@ export function workersReadyCondition(
   reports: WorkerReport[] | undefined,
 ): ConditionInput {
   const type = 'WorkersReady';
-  if (!d || applied === 0)
+  if (applied === 0)
     return { type, status: 'True', reason: 'NoneWanted', message: 'No worker replica is wanted.' };
+  // Wanted, and the Deployment not there yet (being created): not ready, nothing wrong.
+  if (!d)
+    return {
+      type,
+      status: 'Unknown',
+      reason: 'Starting',
+      message: `0 of ${applied} workers are ready; the Deployment is being created.`,
+    };
   if (d.readyReplicas >= d.replicas)
     return {
       type,

@@ -23,8 +23,12 @@ let ns: Awaited<ReturnType<typeof useKube>>;
 let client: KubeClient;
 const operators: Operator[] = [];
 
-async function operator(identity = 'op-1', resyncMs = 60_000): Promise<Operator> {
-  const op = await testOperator(client, ns.namespace, { identity, resyncMs });
+async function operator(
+  identity = 'op-1',
+  resyncMs = 60_000,
+  creationWindow?: number,
+): Promise<Operator> {
+  const op = await testOperator(client, ns.namespace, { identity, resyncMs, creationWindow });
   operators.push(op);
   return op;
 }
@@ -315,6 +319,57 @@ describe('JobWorker → worker Deployment', () => {
     );
     expect(await getDeployment()).toBeDefined();
   }, 120_000);
+});
+
+describe('a mass create', () => {
+  it('goes to the control plane a creation window at a time, and every JobWorker converges', async () => {
+    await secrets();
+    const WINDOW = 2;
+    const names = Array.from({ length: 8 }, (_, i) => `mass-${i}`);
+    // every Deployment that exists without its pods yet, in each snapshot of the namespace
+    const seen: string[][] = [];
+    let done = false;
+    const watching = (async () => {
+      while (!done) {
+        const list = await client.list<KubeObject & { spec: any; status?: any }>(
+          'apps/v1',
+          'Deployment',
+          ns.namespace,
+        );
+        seen.push(
+          list.items
+            .filter(
+              (d) =>
+                (d.status?.observedGeneration ?? 0) < (d.metadata.generation ?? 1) ||
+                (d.status?.replicas ?? 0) < d.spec.replicas,
+            )
+            .map((d) => d.metadata.name),
+        );
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
+    try {
+      await Promise.all(names.map((n) => applyJobWorker(example.spec, n)));
+      await operator('op-1', 60_000, WINDOW);
+      await eventually(
+        'every JobWorker Healthy',
+        async () => {
+          const phases = await Promise.all(names.map(async (n) => (await getJw(n)).status?.phase));
+          return phases.every((p) => p === 'Healthy') ? true : undefined;
+        },
+        120_000,
+      );
+    } finally {
+      done = true;
+      await watching;
+    }
+    const most = Math.max(...seen.map((s) => s.length));
+    expect(most, `snapshots: ${JSON.stringify(seen.filter((s) => s.length))}`).toBeLessThanOrEqual(
+      WINDOW,
+    );
+    // the watcher saw creations in progress (a window that never filled would prove nothing)
+    expect(most).toBeGreaterThanOrEqual(1);
+  });
 });
 
 describe('operator processes', () => {

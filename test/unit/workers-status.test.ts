@@ -40,6 +40,15 @@ describe('WorkersReady', () => {
     expect(workersReadyCondition(d(1), 3, undefined)).toMatchObject({ status: 'Unknown' });
   });
 
+  it('wanted while the Deployment is being created: Unknown, never True (an alert on it waits)', () => {
+    expect(workersReadyCondition(undefined, 2, undefined)).toMatchObject({
+      status: 'Unknown',
+      reason: 'Starting',
+      message: '0 of 2 workers are ready; the Deployment is being created.',
+    });
+    expect(workersReadyCondition(undefined, 0, undefined)).toMatchObject({ status: 'True' });
+  });
+
   it('all ready, or none wanted (paused, scaled to zero): True', () => {
     expect(workersReadyCondition(d(3), 3, undefined)).toMatchObject({
       status: 'True',
