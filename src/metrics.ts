@@ -26,6 +26,8 @@ export function operatorMetrics(registry = new client.Registry()) {
         );
     },
   });
+  // The leading term's queues, read at scrape time; nothing while standing by.
+  let queues: () => QueueFigures | undefined = () => undefined;
   const deadLettersQuarantined = new client.Gauge({
     name: 'jobfleet_dead_letters_quarantined',
     help: 'Dead letters waiting in quarantine (not replayed, discarded or superseded)',
@@ -159,7 +161,50 @@ export function operatorMetrics(registry = new client.Registry()) {
       help: 'Work queues running: 2 (JobWorker, JobReplay) while leading, 0 otherwise; more means a stale leadership term is still running',
       registers: r,
     }),
+    workQueueAdds: new client.Counter({
+      name: 'jobfleet_workqueue_adds_total',
+      help: 'Keys queued, by work queue (adds merged into a pending one are not counted)',
+      labelNames: ['name'],
+      registers: r,
+    }),
+    workQueueWait: new client.Histogram({
+      name: 'jobfleet_workqueue_queue_duration_seconds',
+      help: 'How long a key waited in its work queue before its reconcile started',
+      labelNames: ['name'],
+      buckets: [0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers: r,
+    }),
+    workQueueDepth: new client.Gauge({
+      name: 'jobfleet_workqueue_depth',
+      help: 'Keys waiting in each work queue of the leading term',
+      labelNames: ['name'],
+      registers: r,
+      collect() {
+        this.reset();
+        for (const [name, n] of Object.entries(queues()?.depth ?? {})) this.set({ name }, n);
+      },
+    }),
+    creations: new client.Gauge({
+      name: 'jobfleet_creations',
+      help: 'JobWorkers being created (inFlight: Deployment not yet with its pods) and waiting for a turn in the creation window',
+      labelNames: ['state'],
+      registers: r,
+      collect() {
+        const c = queues()?.creations ?? { inFlight: 0, waiting: 0 };
+        this.set({ state: 'inFlight' }, c.inFlight);
+        this.set({ state: 'waiting' }, c.waiting);
+      },
+    }),
+    /** Where the queue gauges read from (the leading term), or nothing. */
+    readQueues(fn: () => QueueFigures | undefined): void {
+      queues = fn;
+    },
   };
+}
+
+export interface QueueFigures {
+  depth: Record<string, number>;
+  creations: { inFlight: number; waiting: number };
 }
 
 export type OperatorMetrics = ReturnType<typeof operatorMetrics>;

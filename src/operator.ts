@@ -79,6 +79,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const deadLetters = new DeadLetterReader();
   // The current leadership term (see ./controller/term.ts); undefined while standing by.
   let term: LeadershipTerm | undefined;
+  metrics.readQueues(() => term?.figures());
   const reconciler = new JobWorkerReconciler({
     deadLetters,
     deadLetterReadMs: o.deadLetterReadMs,
@@ -107,6 +108,8 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
         replayProgressMs: o.replayProgressMs,
         onQueues: (delta) => metrics.workQueues.inc(delta),
         onRetry: (name) => metrics.workQueueRetries.inc({ name }),
+        onQueued: (name) => metrics.workQueueAdds.inc({ name }),
+        onStarted: (name, ms) => metrics.workQueueWait.observe({ name }, ms / 1000),
         onWatchRestart: (kind) => metrics.watchRestarts.inc({ kind }),
         onReconciled: (controller, result) => metrics.reconcileTotal.inc({ controller, result }),
       });

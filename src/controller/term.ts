@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import { API_VERSION, KIND } from '../api/jobworker.js';
 import { REPLAY_KIND } from '../api/jobreplay.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
+import type { QueueFigures } from '../metrics.js';
 import type { EventRecorder } from '../kube/events.js';
 import { LABEL_JOBWORKER } from '../reconcile/desired.js';
 import { CreationWindow, hasItsPods } from './creation-window.js';
@@ -39,6 +40,9 @@ export interface TermDeps {
   onWatchRestart?: (kind: string) => void;
   /** a key put back with backoff, for jobfleet_workqueue_retries_total */
   onRetry?: (queue: Controller) => void;
+  /** a key queued, and one started after waiting `ms`: jobfleet_workqueue_adds_total, …_queue_duration_seconds */
+  onQueued?: (queue: Controller) => void;
+  onStarted?: (queue: Controller, ms: number) => void;
   /** each reconcile's result, for jobfleet_reconcile_total */
   onReconciled?: (controller: Controller, result: 'success' | 'requeue' | 'error') => void;
 }
@@ -70,10 +74,14 @@ export class LeadershipTerm {
     const q = (this.queue = new WorkQueue({
       concurrency: d.concurrency,
       onError: () => d.onRetry?.('jobworker'),
+      onAdd: () => d.onQueued?.('jobworker'),
+      onStart: (ms) => d.onStarted?.('jobworker', ms),
     }));
     const rq = (this.replayQueue = new WorkQueue({
       concurrency: 2,
       onError: () => d.onRetry?.('jobreplay'),
+      onAdd: () => d.onQueued?.('jobreplay'),
+      onStart: (ms) => d.onStarted?.('jobreplay', ms),
     }));
     const owned = d.namespaces.flatMap((namespace) => {
       const jobWorkers = new Informer(d.client, {
@@ -199,6 +207,14 @@ export class LeadershipTerm {
 
   idle(): Promise<void> {
     return this.queue.idle();
+  }
+
+  /** What the queue gauges show. */
+  figures(): QueueFigures {
+    return {
+      depth: { jobworker: this.queue.length, jobreplay: this.replayQueue.length },
+      creations: this.creations.stats,
+    };
   }
 
   /** Ends the term: no new reconcile starts; running ones and replay runs finish or abort. */

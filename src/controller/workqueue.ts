@@ -31,6 +31,10 @@ export interface WorkQueueOptions {
   maxDelayMs?: number;
   timers?: Timers;
   onError?: (key: string, err: unknown, retryInMs: number) => void;
+  /** a key queued (not merged into a pending one): workqueue_adds_total */
+  onAdd?: () => void;
+  /** a key taken off the queue after waiting `ms` since it was queued: workqueue_queue_duration_seconds */
+  onStart?: (ms: number) => void;
 }
 
 export class WorkQueue {
@@ -39,7 +43,8 @@ export class WorkQueue {
   private readonly urgent: string[] = [];
   /** keys added urgent while they ran: they go back urgent */
   private readonly urgentAgain = new Set<string>();
-  private readonly dirty = new Set<string>();
+  /** key → when it was queued, until it starts */
+  private readonly dirty = new Map<string, number>();
   private readonly processing = new Set<string>();
   private readonly failures = new Map<string, number>();
   private readonly delayed = new Map<string, { at: number; handle: unknown }>();
@@ -79,7 +84,8 @@ export class WorkQueue {
       }
       return;
     }
-    this.dirty.add(key);
+    this.dirty.set(key, this.timers.now());
+    this.opts.onAdd?.();
     if (this.processing.has(key)) {
       if (urgent) this.urgentAgain.add(key);
     } else {
@@ -145,6 +151,7 @@ export class WorkQueue {
     if (!process) return;
     while (this.processing.size < this.opts.concurrency && this.length) {
       const key = (this.urgent.shift() ?? this.queue.shift()) as string;
+      this.opts.onStart?.(this.timers.now() - (this.dirty.get(key) ?? this.timers.now()));
       this.dirty.delete(key);
       this.processing.add(key);
       void this.run(process, key);

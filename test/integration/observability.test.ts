@@ -58,7 +58,7 @@ const spec = {
 };
 
 describe('metrics and logs', () => {
-  it('both /metrics pass promtool check metrics, with process and reconcile series', async () => {
+  it('both /metrics pass promtool check metrics, with process, reconcile and work-queue series', async () => {
     await urlSecrets(client, ns.namespace, {
       rabbitmq: 'amqp://u:p@127.0.0.1:1',
       'claims-db': 'postgres://u:p@127.0.0.1:1/x',
@@ -87,6 +87,13 @@ describe('metrics and logs', () => {
       /^jobfleet_api_requests_total\{verb="patch",resource="deployments\.apps",code="20[01]"\} [1-9]/m,
     );
     expect(operatorText).toMatch(/^nodejs_eventloop_lag_seconds /m);
+    // the work queue, as controller-runtime shows it: keys added, how long they waited, what waits now
+    expect(operatorText).toMatch(/^jobfleet_workqueue_adds_total\{name="jobworker"\} [1-9]/m);
+    expect(operatorText).toMatch(
+      /^jobfleet_workqueue_queue_duration_seconds_count\{name="jobworker"\} [1-9]/m,
+    );
+    expect(operatorText).toMatch(/^jobfleet_workqueue_depth\{name="jobworker"\} \d+$/m);
+    expect(operatorText).toMatch(/^jobfleet_creations\{state="waiting"\} 0$/m);
 
     const w = await h.startWorker();
     await w.start();

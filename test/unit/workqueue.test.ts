@@ -58,6 +58,27 @@ describe('WorkQueue', () => {
     expect(maxRunningA).toBe(1);
   });
 
+  it('counts adds (not merged ones) and reports how long each key waited before it started', async () => {
+    const { timers, advance } = fakeTimers();
+    let adds = 0;
+    const waited: number[] = [];
+    const q = new WorkQueue({
+      concurrency: 1,
+      timers,
+      onAdd: () => adds++,
+      onStart: (ms) => waited.push(ms),
+    });
+    q.add('a');
+    advance(300);
+    q.add('a'); // merged
+    q.add('b');
+    advance(200);
+    q.start(() => Promise.resolve());
+    await q.idle();
+    expect(adds).toBe(2);
+    expect(waited).toEqual([500, 200]);
+  });
+
   it('runs at most `concurrency` keys at once', async () => {
     const q = new WorkQueue({ concurrency: 2 });
     let running = 0;
