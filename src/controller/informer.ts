@@ -18,11 +18,14 @@ export interface InformerOptions {
   /** each watch opened after the first (a timeout, an error, a 410): jobfleet_watch_restarts_total */
   onWatchRestart?: () => void;
   /**
-   * Drop metadata.managedFields before caching (when nothing reads who set
-   * a field of this kind): often the largest part of an object, times every
-   * cached object (controller-runtime's TransformStripManagedFields).
+   * Drop metadata.managedFields before caching: often the largest part of an
+   * object, times every cached object (controller-runtime's
+   * TransformStripManagedFields). 'all' when nothing reads who set a field of
+   * this kind; 'status' keeps the entries of spec and metadata (who paused,
+   * who allowed a change) and drops the status writers', which list every
+   * status field.
    */
-  stripManagedFields?: boolean;
+  dropManagedFields?: 'all' | 'status';
 }
 
 export const keyOf = (o: { metadata: { namespace?: string; name: string } }) =>
@@ -70,9 +73,14 @@ export class Informer {
   /** As kept in the cache: lists and watch events omit apiVersion/kind on items. */
   private cached(item: KubeObject): KubeObject {
     const obj = { ...item, apiVersion: this.opts.apiVersion, kind: this.opts.kind };
-    if (this.opts.stripManagedFields) {
+    const drop = this.opts.dropManagedFields;
+    if (drop && obj.metadata.managedFields) {
       obj.metadata = { ...obj.metadata };
-      delete obj.metadata.managedFields;
+      if (drop === 'all') delete obj.metadata.managedFields;
+      else
+        obj.metadata.managedFields = (
+          obj.metadata.managedFields as Array<{ subresource?: string }>
+        ).filter((f) => f.subresource !== 'status');
     }
     return obj;
   }

@@ -58,8 +58,8 @@ export class JobWorkerReconciler {
   private readonly verified = new Map<string, { hash: string; rv: string; at: number }>();
   /** per JobWorker (namespace/name): its uid and the ControllerRevisions known to exist */
   private readonly recorded = new Map<string, { uid: string; names: Set<string> }>();
-  /** per JobWorker: the status last written, and the resourceVersion it was written over */
-  private readonly lastStatus = new Map<string, { before?: string; status: unknown }>();
+  /** per JobWorker: a digest of the status last written, and the resourceVersion it was written over */
+  private readonly lastStatus = new Map<string, { before?: string; digest: string }>();
   /** per JobWorker: the scaler's window and AIMD cap, and the queue-age estimate's memory */
   private readonly scaling = new Map<string, ScalingMemory>();
   private readonly observer: Observer;
@@ -190,21 +190,25 @@ export class JobWorkerReconciler {
 
     this.setGauges(namespace, name, plan);
     const key = `${namespace}/${name}`;
-    const status = normalize(plan.status);
+    const json = JSON.stringify(plan.status);
+    const digest = sha1(json);
     // The cache may not have seen our last status write yet (its watch event
-    // is on the way): compared with the cache alone, that write would go again.
+    // is on the way): compared with the cache alone, that write would go
+    // again. A digest, not the status: kept for every JobWorker.
     const written = this.lastStatus.get(key);
-    const previous =
+    const changed =
       written && written.before === raw.metadata.resourceVersion
-        ? written.status
-        : normalize((raw.status as JobWorkerStatus | undefined) ?? {});
-    const changed = !isDeepStrictEqual(status, previous);
+        ? written.digest !== digest
+        : !isDeepStrictEqual(
+            JSON.parse(json),
+            normalize((raw.status as JobWorkerStatus | undefined) ?? {}),
+          );
     if (changed) {
       await this.write(
         { apiVersion: API_VERSION, kind: KIND, metadata: { name, namespace }, status: plan.status },
         'status',
       );
-      this.lastStatus.set(key, { before: raw.metadata.resourceVersion, status });
+      this.lastStatus.set(key, { before: raw.metadata.resourceVersion, digest });
       faultAfterRolloutStep(plan.status.rollout?.phase);
     }
     const target = eventTarget({ ...raw, apiVersion: API_VERSION, kind: KIND });
@@ -290,7 +294,7 @@ export class JobWorkerReconciler {
   ): Promise<KubeObject | undefined> {
     const k = `${desired.kind}/${desired.metadata.namespace}/${desired.metadata.name}`;
     // a digest, not the JSON itself: kept per child of every JobWorker
-    const h = createHash('sha1').update(JSON.stringify(desired)).digest('base64');
+    const h = sha1(JSON.stringify(desired));
     const known = this.verified.get(k);
     const now = this.now().getTime();
     // Children without a watch (Service, PDB): trust a recent verification of
@@ -371,6 +375,8 @@ export class JobWorkerReconciler {
         this.verified.delete(k);
   }
 }
+
+const sha1 = (s: string) => createHash('sha1').update(s).digest('base64');
 
 /** Status as compared: undefined fields dropped (the server omits them). */
 function normalize(s: object): unknown {

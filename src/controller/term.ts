@@ -89,6 +89,8 @@ export class LeadershipTerm {
         kind: KIND,
         onWatchRestart: () => d.onWatchRestart?.(KIND),
         namespace,
+        // the spec's and metadata's writers are read (who paused, who allowed a key-rule change)
+        dropManagedFields: 'status',
         resyncMs: d.resyncMs,
         log,
         onChange: (key, obj) => {
@@ -104,7 +106,7 @@ export class LeadershipTerm {
         namespace,
         labelSelector: 'app.kubernetes.io/managed-by=jobfleet',
         // nothing asks who set a Deployment's fields
-        stripManagedFields: true,
+        dropManagedFields: 'all',
         resyncMs: 24 * 3600_000,
         log,
         onChange: (_key, obj) => {

@@ -1,9 +1,12 @@
 // KubeClient.watch against a peer that stops talking: a watch whose connection
 // died without a FIN or RST must end (and be reopened by the informer), not
-// hang forever with the cache silently going stale.
+// hang forever with the cache silently going stale. And what the informer
+// keeps of an object.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { Informer } from '../../src/controller/informer.js';
 import { KubeClient } from '../../src/kube/client.js';
 
 let server: http.Server | undefined;
@@ -49,5 +52,61 @@ describe('KubeClient.watch', () => {
     const abort = new AbortController();
     const watching = client.watch('/api/v1/pods', {}, () => abort.abort(), abort.signal);
     await expect(watching).resolves.toBeUndefined();
+  });
+});
+
+describe('Informer cache', () => {
+  it("keeps the spec's and metadata's field managers and drops the status writers' ('status')", async () => {
+    const managedFields = [
+      { manager: 'kubectl', operation: 'Apply', fieldsV1: { 'f:spec': { 'f:paused': {} } } },
+      {
+        manager: 'jobfleet-operator',
+        operation: 'Apply',
+        subresource: 'status',
+        fieldsV1: { 'f:status': { 'f:conditions': {} } },
+      },
+    ];
+    server = http.createServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      if (req.url?.includes('watch=')) return; // a watch that stays open, silent
+      res.end(
+        JSON.stringify({
+          metadata: { resourceVersion: '5' },
+          items: [
+            { metadata: { name: 'w', namespace: 'ns', resourceVersion: '4', managedFields } },
+          ],
+        }),
+      );
+    });
+    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+    const { port } = server.address() as AddressInfo;
+    const client = new KubeClient({
+      getCurrentCluster: () => ({ server: `http://127.0.0.1:${port}` }),
+      getCurrentContext: () => 'test',
+      getContextObject: () => null,
+      applyToHTTPSOptions: () => Promise.resolve(),
+    });
+    const informer = (drop: 'all' | 'status') =>
+      new Informer(client, {
+        apiVersion: 'jobfleet.dev/v1alpha1',
+        kind: 'JobWorker',
+        namespace: 'ns',
+        resyncMs: 60_000,
+        dropManagedFields: drop,
+        onChange: () => undefined,
+        log: pino({ level: 'silent' }),
+      });
+    for (const [drop, kept] of [
+      ['status', ['kubectl']],
+      ['all', undefined],
+    ] as const) {
+      const i = informer(drop);
+      await i.start();
+      i.stop();
+      const fields = i.cache.get('ns/w')?.metadata.managedFields as
+        Array<{ manager: string }> | undefined;
+      expect(fields?.map((f) => f.manager)).toEqual(kept);
+    }
+    server.closeAllConnections();
   });
 });
