@@ -94,7 +94,7 @@ export class LeadershipTerm {
         resyncMs: d.resyncMs,
         log,
         onChange: (key, obj) => {
-          if (!obj) for (const k of creations.release(key, Date.now())) q.add(k);
+          if (!obj) this.creationEnded(key);
           q.add(key);
         },
       });
@@ -113,7 +113,7 @@ export class LeadershipTerm {
           const owner = obj?.metadata.labels?.[LABEL_JOBWORKER];
           if (!obj || !owner) return;
           const key = keyOf({ metadata: { namespace: obj.metadata.namespace, name: owner } });
-          if (hasItsPods(obj)) for (const k of creations.release(key, Date.now())) q.add(k);
+          if (hasItsPods(obj)) this.creationEnded(key);
           // A wake-up of a JobWorker whose children exist: served before first-time creations.
           q.add(key, true);
         },
@@ -149,13 +149,20 @@ export class LeadershipTerm {
       () => {
         if (this.stopping) return;
         this.synced = true;
-        q.start(
-          this.traced('jobworker', (key) => {
-            // A creation waits for its turn; the window adds the key back then.
-            if (!this.mayCreate(key)) return Promise.resolve({});
-            return d.reconciler.reconcile(key, (kind, ns, name) => this.cached(kind, ns, name));
-          }),
-        );
+        const reconcile = this.traced('jobworker', async (key) => {
+          try {
+            return await d.reconciler.reconcile(key, (kind, ns, name) =>
+              this.cached(kind, ns, name),
+            );
+          } catch (err) {
+            // A JobWorker that cannot be created (a Secret missing, an invalid spec)
+            // must not hold a turn while it backs off: it queues again on its retry.
+            this.creationEnded(key);
+            throw err;
+          }
+        });
+        // A creation waits for its turn (not a reconcile); the window adds the key back then.
+        q.start((key) => (this.mayCreate(key) ? reconcile(key) : Promise.resolve({})));
       },
       (err: Error) => log.error({ err }, 'initial list failed'),
     );
@@ -194,6 +201,11 @@ export class LeadershipTerm {
     if (!jw || jw.metadata.deletionTimestamp || this.cached('Deployment', namespace, name))
       return true;
     return this.creations.admit(key, Date.now());
+  }
+
+  /** `key` leaves the creation window; the keys whose turn it is now are queued. */
+  private creationEnded(key: string): void {
+    for (const k of this.creations.release(key, Date.now())) this.queue.add(k);
   }
 
   /** The JobWorker or Deployment as this term's watch last saw it. */

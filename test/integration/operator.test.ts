@@ -370,6 +370,35 @@ describe('a mass create', () => {
     // the watcher saw creations in progress (a window that never filled would prove nothing)
     expect(most).toBeGreaterThanOrEqual(1);
   });
+
+  it('a JobWorker that cannot be created (its Secret missing) does not hold a turn', async () => {
+    await secrets();
+    const broken = {
+      ...example.spec,
+      broker: { ...example.spec.broker, urlSecretRef: { name: 'no-such-secret', key: 'url' } },
+    };
+    // listed first (by name), so it takes the only turn first
+    await applyJobWorker(broken, 'a-broken');
+    await applyJobWorker(example.spec, 'b-ok');
+    await applyJobWorker(example.spec, 'c-ok');
+    const started = Date.now();
+    await operator('op-1', 60_000, 1);
+    // A turn held until its 30 s timeout would keep both waiting that long.
+    await eventually(
+      'both healthy JobWorkers Healthy',
+      async () => {
+        const phases = await Promise.all(
+          ['b-ok', 'c-ok'].map(async (n) => (await getJw(n)).status?.phase),
+        );
+        return phases.every((p) => p === 'Healthy') ? true : undefined;
+      },
+      20_000,
+    );
+    expect(Date.now() - started).toBeLessThan(20_000);
+    expect(condition(await getJw('a-broken'), 'Degraded')).toMatchObject({
+      reason: 'SecretMissing',
+    });
+  });
 });
 
 describe('operator processes', () => {
