@@ -213,12 +213,13 @@ export async function runOperatorBench(opts: {
         },
       });
     }
-    // compiled, as the image runs it (node dist/src/main.js), with the chart's heap settings
+    // compiled, as the image runs it (node dist/src/main.js), with the chart's environment
+    const env = chartEnv();
     operator = spawn(process.execPath, [compiled('src/main.ts')], {
       cwd: repoRoot,
       env: {
         ...process.env,
-        ...chartEnv(),
+        ...env,
         KUBECONFIG: plane.kubeconfigPath,
         POD_NAMESPACE: namespace,
         POD_NAME: 'bench-operator',
@@ -320,7 +321,7 @@ export async function runOperatorBench(opts: {
         Object.entries(requests).map(([verb, n]) => [verb, n / opts.count]),
       ),
       peakRssMiB: peakRssMiB(operator.pid as number),
-      chartEnv: chartEnv(),
+      chartEnv: env,
       heapUsedMiB,
       connections,
       writesPerJobWorker: total(settled) / opts.count,

@@ -32,6 +32,8 @@ export interface OperatorOptions {
   concurrency?: number;
   /** JobWorkers created at once (src/controller/creation-window.ts), default 50; 0: no limit */
   creationWindow?: number;
+  /** how long a creation may hold its turn without its Deployment getting pods (default 30 s) */
+  creationTimeoutMs?: number;
   resyncMs?: number;
   /** how often queue signals are read while scaling on age (default 10 s) */
   pollMs?: number;
@@ -104,6 +106,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
         namespaces,
         concurrency: o.concurrency ?? 4,
         creationWindow: o.creationWindow ?? 50,
+        creationTimeoutMs: o.creationTimeoutMs,
         resyncMs: o.resyncMs ?? 5 * 60_000,
         replayProgressMs: o.replayProgressMs,
         onQueues: (delta) => metrics.workQueues.inc(delta),

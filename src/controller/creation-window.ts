@@ -28,9 +28,17 @@ export class CreationWindow {
 
   constructor(private readonly opts: CreationWindowOptions) {}
 
-  /** Whether the creation of `key` may start now; if not, it waits its turn. */
+  /**
+   * Whether the creation of `key` may start now; if not, it waits its turn.
+   * A key that holds a turn restarts its clock: a turn handed out by `fill`
+   * counts from when its reconcile starts, not from when it was queued.
+   */
   admit(key: string, now: number): boolean {
-    if (this.opts.size <= 0 || this.inFlight.has(key)) return true;
+    if (this.opts.size <= 0) return true;
+    if (this.inFlight.has(key)) {
+      this.inFlight.set(key, now);
+      return true;
+    }
     if (this.inFlight.size < this.opts.size && this.waiting.size === 0) {
       this.inFlight.set(key, now);
       return true;

@@ -223,6 +223,11 @@ export class JobWorkerReconciler {
     return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
   }
 
+  /** This JobWorker's Deployment was applied (or found as desired) since the operator last forgot it. */
+  appliedDeployment(namespace: string, name: string): boolean {
+    return this.verified.has(`Deployment/${namespace}/${name}`);
+  }
+
   private emit(
     target: EventTarget,
     e: { type: 'Normal' | 'Warning'; reason: string; message: string },

@@ -32,6 +32,8 @@ export interface TermDeps {
   concurrency: number;
   /** JobWorkers created at once while the control plane creates their pods (./creation-window.ts); 0: no limit */
   creationWindow?: number;
+  /** how long a creation may hold its turn without its Deployment getting pods (default 30 s) */
+  creationTimeoutMs?: number;
   resyncMs: number;
   replayProgressMs?: number;
   /** told when the term's queues start and stop (the work-queue gauge) */
@@ -69,7 +71,7 @@ export class LeadershipTerm {
     });
     const creations = (this.creations = new CreationWindow({
       size: d.creationWindow ?? 0,
-      timeoutMs: CREATION_TIMEOUT_MS,
+      timeoutMs: d.creationTimeoutMs ?? CREATION_TIMEOUT_MS,
     }));
     const q = (this.queue = new WorkQueue({
       concurrency: d.concurrency,
@@ -157,12 +159,17 @@ export class LeadershipTerm {
           } catch (err) {
             // A JobWorker that cannot be created (a Secret missing, an invalid spec)
             // must not hold a turn while it backs off: it queues again on its retry.
-            this.creationEnded(key);
+            // One whose Deployment went out (a later step failed) keeps it until
+            // the Deployment has its pods: the control plane is working on it.
+            const [namespace, name] = key.split('/') as [string, string];
+            if (!d.reconciler.appliedDeployment(namespace, name)) this.creationEnded(key);
             throw err;
           }
         });
         // A creation waits for its turn (not a reconcile); the window adds the key back then.
-        q.start((key) => (this.mayCreate(key) ? reconcile(key) : Promise.resolve({})));
+        q.start((key) =>
+          this.mayCreate(key) ? reconcile(key) : Promise.resolve({ deferred: true }),
+        );
       },
       (err: Error) => log.error({ err }, 'initial list failed'),
     );

@@ -23,6 +23,8 @@ const realTimers: Timers = {
 export interface ProcessResult {
   /** run the key again after this long (e.g. to re-read queue age) */
   requeueAfterMs?: number;
+  /** not run: the key waits its turn elsewhere (a creation window), and its backoff stands */
+  deferred?: boolean;
 }
 
 export interface WorkQueueOptions {
@@ -164,7 +166,7 @@ export class WorkQueue {
   ): Promise<void> {
     try {
       const result = await process(key);
-      this.forget(key);
+      if (!result?.deferred) this.forget(key);
       if (result?.requeueAfterMs !== undefined) this.addAfter(key, result.requeueAfterMs);
     } catch (err) {
       const ms = this.stopped ? 0 : this.addRateLimited(key);

@@ -74,13 +74,13 @@ export function workersReadyCondition(
   const type = 'WorkersReady';
   if (applied === 0)
     return { type, status: 'True', reason: 'NoneWanted', message: 'No worker replica is wanted.' };
-  // Wanted, and the Deployment not there yet (being created): not ready, nothing wrong.
+  // Wanted, and no Deployment yet (being created, or held by a problem Degraded names): not ready, not a worker fault.
   if (!d)
     return {
       type,
       status: 'Unknown',
       reason: 'Starting',
-      message: `0 of ${applied} workers are ready; the Deployment is being created.`,
+      message: `0 of ${applied} workers are ready; their Deployment does not exist yet.`,
     };
   if (d.readyReplicas >= d.replicas)
     return {

@@ -51,7 +51,21 @@ async function scratch(work: string, name: string, tarballs: string[]): Promise<
     path.join(dir, 'package.json'),
     JSON.stringify({ name, private: true, type: 'module' }),
   );
-  const r = await npm(['install', '--prefer-offline', '--no-audit', '--no-fund', ...tarballs], dir);
+  // npm waits 5 minutes on a registry request that stalls (its fetch-timeout),
+  // longer than this command may take: a stalled fetch is retried instead
+  // (two fresh-clone runs of the suite failed on one).
+  const r = await npm(
+    [
+      'install',
+      '--prefer-offline',
+      '--no-audit',
+      '--no-fund',
+      '--fetch-timeout=20000',
+      '--fetch-retries=5',
+      ...tarballs,
+    ],
+    dir,
+  );
   expect(r.code, r.stderr).toBe(0);
   return dir;
 }

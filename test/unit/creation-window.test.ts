@@ -30,6 +30,18 @@ describe('CreationWindow', () => {
     expect(w.admit('ns/b', 1)).toBe(false);
   });
 
+  it('a turn handed to a waiting key counts from when its reconcile starts, not from when it was queued', () => {
+    const w = new CreationWindow({ size: 1, timeoutMs: 30_000 });
+    w.admit('ns/a', 0);
+    w.admit('ns/b', 0);
+    expect(w.release('ns/a', 1_000)).toEqual(['ns/b']);
+    // b's reconcile starts late (the queue was busy with wake-ups)
+    expect(w.admit('ns/b', 25_000)).toBe(true);
+    w.admit('ns/c', 25_000);
+    expect(w.expire(40_000)).toEqual([]);
+    expect(w.expire(55_000)).toEqual(['ns/c']);
+  });
+
   it('frees a slot held past the timeout (a Deployment that never gets pods)', () => {
     const w = new CreationWindow({ size: 1, timeoutMs: 30_000 });
     w.admit('ns/stuck', 0);

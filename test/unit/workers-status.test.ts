@@ -44,7 +44,7 @@ describe('WorkersReady', () => {
     expect(workersReadyCondition(undefined, 2, undefined)).toMatchObject({
       status: 'Unknown',
       reason: 'Starting',
-      message: '0 of 2 workers are ready; the Deployment is being created.',
+      message: '0 of 2 workers are ready; their Deployment does not exist yet.',
     });
     expect(workersReadyCondition(undefined, 0, undefined)).toMatchObject({ status: 'True' });
   });

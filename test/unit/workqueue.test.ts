@@ -115,6 +115,32 @@ describe('WorkQueue', () => {
     expect(q.addRateLimited('k')).toBe(100); // forgotten after the success
   });
 
+  it('a deferred key (waiting its turn elsewhere) keeps its backoff', async () => {
+    const { timers, advance } = fakeTimers();
+    const delays: number[] = [];
+    const q = new WorkQueue({
+      concurrency: 1,
+      baseDelayMs: 100,
+      timers,
+      onError: (_k, _e, ms) => delays.push(ms),
+    });
+    const results = ['fail', 'defer', 'fail'];
+    q.add('k');
+    q.start(() => {
+      const r = results.shift();
+      if (r === 'fail') return Promise.reject(new Error('nope'));
+      if (r !== 'defer') return Promise.resolve({});
+      q.add('k'); // the window hands it back
+      return Promise.resolve({ deferred: true });
+    });
+    for (let i = 0; i < 3; i++) {
+      await q.idle();
+      advance(1000);
+    }
+    await q.idle();
+    expect(delays).toEqual([100, 200]);
+  });
+
   it('honours requeue-after, keeping the earliest of two pending adds', async () => {
     const { timers, advance, pending } = fakeTimers();
     const q = new WorkQueue({ concurrency: 1, timers });
