@@ -26,8 +26,6 @@ export function operatorMetrics(registry = new client.Registry()) {
         );
     },
   });
-  // The leading term's queues, read at scrape time; nothing while standing by.
-  let queues: () => QueueFigures | undefined = () => undefined;
   const deadLettersQuarantined = new client.Gauge({
     name: 'jobfleet_dead_letters_quarantined',
     help: 'Dead letters waiting in quarantine (not replayed, discarded or superseded)',
@@ -40,6 +38,8 @@ export function operatorMetrics(registry = new client.Registry()) {
     labelNames,
     registers: r,
   });
+  // The leading term's queues, read at scrape time; nothing while standing by.
+  let queues: () => QueueFigures | undefined = () => undefined;
   return {
     registry,
     setDeadLetters(

@@ -35,16 +35,11 @@ export class CreationWindow {
    */
   admit(key: string, now: number): boolean {
     if (this.opts.size <= 0) return true;
-    if (this.inFlight.has(key)) {
-      this.inFlight.set(key, now);
-      return true;
-    }
-    if (this.inFlight.size < this.opts.size && this.waiting.size === 0) {
-      this.inFlight.set(key, now);
-      return true;
-    }
-    this.waiting.add(key);
-    return false;
+    const turn =
+      this.inFlight.has(key) || (this.inFlight.size < this.opts.size && this.waiting.size === 0);
+    if (turn) this.inFlight.set(key, now);
+    else this.waiting.add(key);
+    return turn;
   }
 
   /**

@@ -69,10 +69,10 @@ export class LeadershipTerm {
       log,
       progressEveryMs: d.replayProgressMs,
     });
-    const creations = (this.creations = new CreationWindow({
+    this.creations = new CreationWindow({
       size: d.creationWindow ?? 0,
       timeoutMs: d.creationTimeoutMs ?? CREATION_TIMEOUT_MS,
-    }));
+    });
     const q = (this.queue = new WorkQueue({
       concurrency: d.concurrency,
       onError: () => d.onRetry?.('jobworker'),
@@ -137,9 +137,7 @@ export class LeadershipTerm {
         }),
     );
     this.informers = [...owned, ...replayInformers];
-    this.expiry = setInterval(() => {
-      for (const k of creations.expire(Date.now())) q.add(k);
-    }, 1000);
+    this.expiry = setInterval(() => this.startTurns(this.creations.expire(Date.now())), 1000);
     this.expiry.unref();
     d.onQueues?.(2);
     void Promise.all(replayInformers.map((i) => i.start())).then(
@@ -212,7 +210,11 @@ export class LeadershipTerm {
 
   /** `key` leaves the creation window; the keys whose turn it is now are queued. */
   private creationEnded(key: string): void {
-    for (const k of this.creations.release(key, Date.now())) this.queue.add(k);
+    this.startTurns(this.creations.release(key, Date.now()));
+  }
+
+  private startTurns(keys: string[]): void {
+    for (const k of keys) this.queue.add(k);
   }
 
   /** The JobWorker or Deployment as this term's watch last saw it. */
