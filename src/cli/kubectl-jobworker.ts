@@ -9,7 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { API_VERSION, KIND, parseSpec, type JobWorkerStatus } from '../api/jobworker.js';
-import { KubeClient, resourcePath, type KubeObject } from '../kube/client.js';
+import { KubeApiError, KubeClient, resourcePath, type KubeObject } from '../kube/client.js';
 import { KubeAccess } from '../kube/kubeconfig.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
 import { revisionRecordName } from '../reconcile/desired.js';
@@ -168,7 +168,7 @@ async function main(argv: string[]): Promise<number> {
       });
       const name = positionals[0];
       if (!name) return usage('undo NAME [--to-revision N]');
-      return undo(client, await get(name), values['to-revision']);
+      return undo(client, () => get(name), values['to-revision']);
     }
     case 'pause':
     case 'resume':
@@ -266,9 +266,44 @@ async function watch(read: () => Promise<JobWorkerObject>, timeoutMs: number): P
 /**
  * Puts the spec of an earlier revision back (from status.history). The
  * operator sees a spec matching that revision and rolls back in its fixed
- * order; the compatibility gate applies as to any rollback.
+ * order; the compatibility gate applies as to any rollback. The whole spec is
+ * replaced (fields the old revision did not have must go), so the write
+ * carries the resourceVersion it read; the operator's status writes move that
+ * on, so a conflict reads again and retries, as client-go's RetryOnConflict.
  */
-async function undo(client: KubeClient, jw: JobWorkerObject, to?: string): Promise<number> {
+async function undo(
+  client: KubeClient,
+  read: () => Promise<JobWorkerObject>,
+  to?: string,
+): Promise<number> {
+  for (let attempt = 1; ; attempt++) {
+    const jw = await read();
+    const plan = await undoPlan(client, jw, to);
+    if ('problem' in plan) {
+      console.error(plan.problem);
+      return 2;
+    }
+    try {
+      await client.replace(plan.object);
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 409 && attempt < UNDO_ATTEMPTS) continue;
+      throw err;
+    }
+    console.log(
+      `${jw.metadata.name}: rolling back to revision ${plan.revision} (${plan.image}). The operator drains revision ${jw.status?.currentRevision ?? '?'} first; follow it with: kubectl jobworker status ${jw.metadata.name} --watch`,
+    );
+    return 0;
+  }
+}
+
+const UNDO_ATTEMPTS = 5;
+
+/** The JobWorker as undo writes it, or why it cannot go back. */
+async function undoPlan(
+  client: KubeClient,
+  jw: JobWorkerObject,
+  to?: string,
+): Promise<{ object: KubeObject; revision: string; image: string } | { problem: string }> {
   const st = jw.status ?? {};
   const history = st.history ?? [];
   const current = Number(st.currentRevision ?? st.updateRevision ?? NaN);
@@ -278,12 +313,11 @@ async function undo(client: KubeClient, jw: JobWorkerObject, to?: string): Promi
         .filter((h) => Number(h.revision) < current)
         .sort((a, b) => Number(b.revision) - Number(a.revision))[0];
   if (!target) {
-    console.error(
-      to
+    return {
+      problem: to
         ? `revision ${to} is not in the history of ${jw.metadata.name} (kubectl jobworker history ${jw.metadata.name})`
         : `${jw.metadata.name} has no revision before ${st.currentRevision ?? '?'} to go back to`,
-    );
-    return 2;
+    };
   }
   // Each revision's spec is kept once, in its ControllerRevision (older entries carry it inline).
   const record = target.spec
@@ -297,28 +331,27 @@ async function undo(client: KubeClient, jw: JobWorkerObject, to?: string): Promi
   const ours = record?.metadata.ownerReferences?.some((o) => o.uid === jw.metadata.uid);
   const spec = target.spec ?? (ours ? record?.data : undefined);
   if (!spec) {
-    console.error(
-      `revision ${target.revision}'s spec is not recorded (no ControllerRevision ${revisionRecordName(jw.metadata.name, target.revision)}): apply it by hand`,
-    );
-    return 2;
+    return {
+      problem: `revision ${target.revision}'s spec is not recorded (no ControllerRevision ${revisionRecordName(jw.metadata.name, target.revision)}): apply it by hand`,
+    };
   }
   const who = process.env.USER ?? os.userInfo().username;
-  await client.replace({
-    ...jw,
-    metadata: {
-      ...jw.metadata,
-      annotations: {
-        ...(jw.metadata.annotations ?? {}),
-        'jobfleet.dev/undo': `to revision ${target.revision} by ${who} at ${new Date().toISOString()}`,
+  return {
+    revision: target.revision,
+    image: target.image,
+    object: {
+      ...jw,
+      metadata: {
+        ...jw.metadata,
+        annotations: {
+          ...(jw.metadata.annotations ?? {}),
+          'jobfleet.dev/undo': `to revision ${target.revision} by ${who} at ${new Date().toISOString()}`,
+        },
       },
+      // The pause switch stays as it is: undo changes the revision, not whether the fleet runs.
+      spec: { ...spec, paused: jw.spec.paused },
     },
-    // The pause switch stays as it is: undo changes the revision, not whether the fleet runs.
-    spec: { ...spec, paused: jw.spec.paused },
-  });
-  console.log(
-    `${jw.metadata.name}: rolling back to revision ${target.revision} (${target.image}). The operator drains revision ${st.currentRevision ?? '?'} first; follow it with: kubectl jobworker status ${jw.metadata.name} --watch`,
-  );
-  return 0;
+  };
 }
 
 /** The authenticated user (SelfSubjectReview), or the local login when the cluster does not say. */

@@ -14,17 +14,25 @@ export class RateLimiter {
     this.tokens = burst;
   }
 
+  /** How long from `nowMs` until a token is there to take (0: now). Takes nothing. */
+  due(nowMs: number): number {
+    const short = 1 - this.refilled(nowMs);
+    return short > 0 ? Math.ceil((short / this.ratePerSecond) * 1000) : 0;
+  }
+
   /** Takes one token at `nowMs`; returns how long to wait first (0: go now). */
   take(nowMs: number): number {
-    if (this.last !== undefined)
-      this.tokens = Math.min(
-        this.burst,
-        this.tokens + ((nowMs - this.last) / 1000) * this.ratePerSecond,
-      );
+    this.tokens = this.refilled(nowMs);
     this.last = nowMs;
     this.tokens -= 1;
     if (this.tokens >= 0) return 0;
     // In debt: the token is ours once the bucket refills to zero.
     return Math.ceil((-this.tokens / this.ratePerSecond) * 1000);
+  }
+
+  private refilled(nowMs: number): number {
+    return this.last === undefined
+      ? this.tokens
+      : Math.min(this.burst, this.tokens + ((nowMs - this.last) / 1000) * this.ratePerSecond);
   }
 }

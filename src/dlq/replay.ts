@@ -69,6 +69,9 @@ export class ReplayRefused extends Error {
   override readonly name = 'ReplayRefused';
 }
 
+/** The longest a replay sleeps for its rate before it asks its hold gate again. */
+const RATE_WAIT_SLICE_MS = 1000;
+
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 /** (delivery id, attempts): what ties a DLQ message to its row. */
@@ -182,9 +185,18 @@ async function pass(
   // Messages dead-lettered during the pass land behind the ones counted here.
   const depth = wanted.size ? (await ch.checkQueue(req.deadLetterQueue)).messageCount : 0;
   while (wanted.size && p.scanned < depth && !d.signal?.aborted) {
-    if (mode === 'replay' && d.gate) {
-      await d.gate();
-      if (d.signal?.aborted) break;
+    if (mode === 'replay') {
+      if (d.gate) {
+        await d.gate();
+        if (d.signal?.aborted) break;
+      }
+      // Wait for the rate here, before taking a message, in slices: a hold that starts while
+      // the replay waits its turn is seen within a slice, not after a slow rate's whole gap.
+      const due = limiter.due(d.now());
+      if (due > 0) {
+        await d.sleep(Math.min(due, RATE_WAIT_SLICE_MS));
+        continue;
+      }
     }
     const m = await ch.get(req.deadLetterQueue, { noAck: false });
     if (!m) break;
@@ -220,7 +232,7 @@ async function pass(
         break;
       }
     }
-    const wait = limiter.take(d.now());
+    const wait = limiter.take(d.now()); // 0 unless the clock stepped back: waited for above
     if (wait > 0) await d.sleep(wait);
 
     if (row.key && (await d.store.claimState(row.key)) === 'completed') {

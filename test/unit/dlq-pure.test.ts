@@ -21,6 +21,17 @@ describe('RateLimiter', () => {
     expect(t).toBe(10_000); // 100 gaps of 100 ms
   });
 
+  it('says when the next token is due without taking it', () => {
+    const r = new RateLimiter(0.1, 1);
+    expect(r.due(0)).toBe(0);
+    expect(r.take(0)).toBe(0);
+    expect(r.due(0)).toBe(10_000);
+    expect(r.due(4000)).toBe(6000);
+    expect(r.due(4000)).toBe(6000); // asking again takes nothing
+    expect(r.due(10_000)).toBe(0);
+    expect(r.take(10_000)).toBe(0);
+  });
+
   it('refuses nonsense settings by name', () => {
     expect(() => new RateLimiter(0, 1)).toThrow('rate must be above 0');
     expect(() => new RateLimiter(1, 0)).toThrow('burst must be at least 1');
