@@ -1,6 +1,7 @@
 // The worker benchmark's figures and their RESULTS.md section
 // (bench/worker-throughput.ts measures them).
 import type { PgCounters } from './peers/bench-database.js';
+import type { ServerCpu } from './peers/server-cpu.js';
 import { systems } from './peers/registry.js';
 import type { SystemId } from './peers/system.js';
 
@@ -36,6 +37,10 @@ export interface ResultRow {
   jobsPerSec: number;
   vsRaw: number;
   cpuMsPer1k: number;
+  /** what PostgreSQL, RabbitMQ and Redis used over the same window, per 1k jobs */
+  serverCpuMsPer1k: ServerCpu;
+  /** the consumer's CPU and its servers', per 1k jobs */
+  allCpuMsPer1k: number;
   /** per job, start-up and shutdown taken out; undefined when the system does not use PostgreSQL */
   pgTransactionsPerJob?: number;
   pgRowsPerJob?: number;
@@ -72,7 +77,8 @@ export function renderWorkerSection(r: WorkerBenchResult): string {
     .map(
       (x) =>
         `| ${x.label} | ${x.config} | ${f(x.jobsPerSec)} | ${f(x.vsRaw, 2)}× | ${f(x.cpuMsPer1k)} | ` +
-        `${f(x.pgTransactionsPerJob, 2)} | ${f(x.pgRowsPerJob, 2)} | ${durable[x.system]} |`,
+        `${f(x.serverCpuMsPer1k.postgres)} | ${f(x.serverCpuMsPer1k.rabbitmq)} | ${f(x.serverCpuMsPer1k.redis)} | ` +
+        `**${f(x.allCpuMsPer1k)}** | ${f(x.pgTransactionsPerJob, 2)} | ${f(x.pgRowsPerJob, 2)} | ${durable[x.system]} |`,
     )
     .join('\n');
   const latencyTable = r.rows
@@ -109,8 +115,8 @@ export function renderWorkerSection(r: WorkerBenchResult): string {
 run; no-op handlers; every consumer in its own process (\`node --import tsx bench/peers/child.ts\`). Figures are the
 median of ${opts.runs} run(s) of every row, interleaved; "vs raw" is jobs/s over raw amqplib's in the same repetition.
 
-| system | configuration | jobs/s | vs raw amqplib | worker CPU ms / 1k jobs | PostgreSQL transactions / job | rows written / job | durable |
-|---|---|---:|---:|---:|---:|---:|---|
+| system | configuration | jobs/s | vs raw amqplib | worker CPU ms / 1k jobs | PostgreSQL CPU | RabbitMQ CPU | Redis CPU | all CPU ms / 1k jobs | PostgreSQL transactions / job | rows written / job | durable |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
 ${table}
 ${skipped}
 Durable: raw amqplib and jobfleet publish persistent messages with confirms to a durable queue; jobfleet's claims and
@@ -137,7 +143,13 @@ How the figures are taken:
   out of the handler's sight, so their window closes when \`offWork({ wait: true })\` / \`runner.stop()\` return, i.e. once the
   last completion is committed.
 - worker CPU: \`process.cpuUsage()\` of each consumer process over that window, summed over a row's processes. It is
-  the consumer's own: what a system has PostgreSQL, RabbitMQ or Redis do for it is not in it.
+  the consumer's own: what a system has PostgreSQL, RabbitMQ or Redis do for it is in the next three columns.
+- PostgreSQL, RabbitMQ, Redis CPU (ms / 1k jobs): user + system time of every process of that server (\`/proc/PID/stat\`;
+  \`postgres\`, \`beam.smp\`, \`redis-server\`) over the same window, read by the consumer process as its first handler
+  starts and once it has settled; for a row of several processes, the largest reading (their windows all but coincide).
+  A server a system does not use still shows its idle housekeeping (a few ms per second). Resolution 10 ms per process
+  and reading: rough for the shortest runs. "all CPU" is the worker's plus the three: what a job costs this machine,
+  whose cores every process shares.
 - PostgreSQL transactions / job: the change in \`pg_stat_database\` xact_commit + xact_rollback of a database created for
   this benchmark alone, read once every session has ended (a backend flushes its counters on exit), minus the same change
   for an empty run of that consumer (start-up and shutdown, per process: ${overheads || 'none'}). Transactions, not

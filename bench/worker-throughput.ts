@@ -20,6 +20,7 @@ import { redisFacts, redisPersistence } from './peers/bullmq.js';
 import { ConsumerProcess } from './peers/consumer-process.js';
 import { producePaced } from './peers/paced-producer.js';
 import type { ChildReport } from './peers/protocol.js';
+import type { Server, ServerCpu } from './peers/server-cpu.js';
 import { systems } from './peers/registry.js';
 import type { Services, SystemId } from './peers/system.js';
 import {
@@ -124,6 +125,7 @@ const timeoutMs = (jobs: number) => 60_000 + jobs * 50;
 interface Measured {
   jobsPerSec: number;
   cpuMsPer1k: number;
+  serverCpuMsPer1k: ServerCpu;
   pg?: PgCounters;
 }
 
@@ -193,9 +195,18 @@ function summarise(row: Row, jobs: number, reports: ChildReport[], pg?: PgCounte
   const first = Math.min(...reports.map((r) => r.firstStartedAt ?? Infinity));
   const last = Math.max(...reports.map((r) => r.lastFinishedAt ?? -Infinity));
   const cpuMs = reports.reduce((s, r) => s + r.cpuMicros, 0) / 1000;
+  // Each process read the servers over its own window; the windows of a row's
+  // processes all but coincide, so the largest reading stands for the row
+  // (a sum would count the servers once per process).
+  const server = (s: Server) => Math.max(...reports.map((r) => r.serverCpuMicros[s])) / jobs;
   return {
     jobsPerSec: (jobs / (last - first)) * 1000,
     cpuMsPer1k: (cpuMs / jobs) * 1000,
+    serverCpuMsPer1k: {
+      postgres: server('postgres'),
+      rabbitmq: server('rabbitmq'),
+      redis: server('redis'),
+    },
     ...(pg && { pg }),
   };
 }
@@ -382,7 +393,8 @@ async function measure(
       runs.get(row)?.push(m);
       console.error(
         `run ${i + 1}/${opts.runs} ${label(row)}: ${m.jobsPerSec.toFixed(0)} jobs/s, ` +
-          `${m.cpuMsPer1k.toFixed(0)} CPU ms/1k` +
+          `${m.cpuMsPer1k.toFixed(0)} CPU ms/1k (servers: PostgreSQL ${m.serverCpuMsPer1k.postgres.toFixed(0)}, ` +
+          `RabbitMQ ${m.serverCpuMsPer1k.rabbitmq.toFixed(0)}, Redis ${m.serverCpuMsPer1k.redis.toFixed(0)})` +
           (m.pg ? `, ${m.pg.transactions} transactions` : ''),
       );
     }
@@ -447,6 +459,21 @@ function resultRow(
     // Against raw amqplib in the same repetition, then the median.
     vsRaw: median(ms.map((m, i) => m.jobsPerSec / (raw[i]?.jobsPerSec ?? NaN))),
     cpuMsPer1k: median(ms.map((m) => m.cpuMsPer1k)),
+    serverCpuMsPer1k: {
+      postgres: median(ms.map((m) => m.serverCpuMsPer1k.postgres)),
+      rabbitmq: median(ms.map((m) => m.serverCpuMsPer1k.rabbitmq)),
+      redis: median(ms.map((m) => m.serverCpuMsPer1k.redis)),
+    },
+    // the whole machine's cost of a job: the consumer's CPU and its servers', in the same run
+    allCpuMsPer1k: median(
+      ms.map(
+        (m) =>
+          m.cpuMsPer1k +
+          m.serverCpuMsPer1k.postgres +
+          m.serverCpuMsPer1k.rabbitmq +
+          m.serverCpuMsPer1k.redis,
+      ),
+    ),
     pgTransactionsPerJob: perJob((c) => c.transactions),
     pgRowsPerJob: perJob((c) => c.rowsWritten),
     pgOverhead: overhead,

@@ -2,6 +2,7 @@
 // that its event loop is its own and its CPU can be told apart. Spawned by
 // bench/peers/consumer-process.ts with the spec as argv[2]; speaks the
 // protocol in ./protocol.ts over the IPC channel.
+import { cpuSince, serverCpuMicros, type ServerCpu } from './server-cpu.js';
 import type { ChildMessage, ChildReport, ChildSpec, ParentMessage } from './protocol.js';
 import { wallMs, type ConsumerHooks, type System } from './system.js';
 
@@ -25,6 +26,7 @@ let finished = 0;
 let firstStartedAt: number | undefined;
 let lastFinishedAt: number | undefined;
 let cpuAtFirstStart: NodeJS.CpuUsage | undefined;
+let serversAtFirstStart: ServerCpu | undefined;
 const latencies: number[] = [];
 const heap: Array<{ jobs: number; heapBytes: number }> = [];
 const heapAt = new Set(spec.heapAt);
@@ -40,6 +42,7 @@ const hooks: ConsumerHooks = {
     if (started++ === 0) {
       firstStartedAt = now;
       cpuAtFirstStart = process.cpuUsage();
+      serversAtFirstStart = serverCpuMicros();
     }
     if (started === expect) reachedExpect();
   },
@@ -93,12 +96,16 @@ await settleNow;
 clearInterval(progress);
 await consumer.settle();
 const cpu = cpuAtFirstStart ? process.cpuUsage(cpuAtFirstStart) : { user: 0, system: 0 };
+const servers = serversAtFirstStart
+  ? cpuSince(serversAtFirstStart)
+  : { postgres: 0, rabbitmq: 0, redis: 0 };
 const report: ChildReport = {
   started,
   finished,
   firstStartedAt,
   lastFinishedAt,
   cpuMicros: cpu.user + cpu.system,
+  serverCpuMicros: servers,
   latencies,
   ...(heap.length && { heap }),
 };

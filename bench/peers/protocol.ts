@@ -6,6 +6,7 @@
 //   child → progress {started} every 25 ms when the spec asks (several processes share one queue)
 //   parent → settle {expect?}  finish once `expect` jobs have started (latency), or now (shared)
 //   child → done {report}      after the library has recorded every completion
+import type { ServerCpu } from './server-cpu.js';
 import type { SystemId, Target } from './system.js';
 
 export interface ChildSpec {
@@ -28,6 +29,8 @@ export interface ChildReport {
   lastFinishedAt?: number;
   /** process CPU (user + system) from the first handler start until settled */
   cpuMicros: number;
+  /** the servers' CPU (./server-cpu.ts) over the same window */
+  serverCpuMicros: ServerCpu;
   /** latency mode: pairs of job number and (handler start − publish) in ms, flattened */
   latencies: number[];
   /** heap used after a full GC, at each of the spec's heapAt counts */
