@@ -144,7 +144,7 @@ How the figures are taken:
   last completion is committed.
 - worker CPU: \`process.cpuUsage()\` of each consumer process over that window, summed over a row's processes. It is
   the consumer's own: what a system has PostgreSQL, RabbitMQ or Redis do for it is in the next three columns.
-- PostgreSQL, RabbitMQ, Redis CPU (ms / 1k jobs): user + system time of every process of that server (\`/proc/PID/stat\`;
+- PostgreSQL, RabbitMQ, Redis CPU (ms / 1k jobs): user + system time of every process of that server, with its exited children's (\`/proc/PID/stat\`;
   \`postgres\`, \`beam.smp\`, \`redis-server\`) over the same window, read by the consumer process as its first handler
   starts and once it has settled; for a row of several processes, the largest reading (their windows all but coincide).
   A server a system does not use still shows its idle housekeeping (a few ms per second). Resolution 10 ms per process

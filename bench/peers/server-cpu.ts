@@ -3,7 +3,9 @@
 // so a system that moves work from its own process into a server does not
 // look cheaper than it is. Every process of a server counts (PostgreSQL's
 // backends and background writers alike), whoever it served: nothing else
-// runs during a benchmark.
+// runs during a benchmark. A process that exits (a backend whose session
+// ended) hands its CPU to its parent's cutime/cstime when reaped, and those
+// are counted too, so the sum keeps what exited processes used.
 import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 
@@ -35,7 +37,9 @@ export function serverCpuMicros(): ServerCpu {
     const server = NAMES[stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'))];
     if (!server) continue;
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    cpu[server] += (Number(fields[11]) + Number(fields[12])) * TICK_MICROS;
+    // utime, stime, and cutime, cstime: the reaped children's
+    const ticks = fields.slice(11, 15).reduce((sum, f) => sum + Number(f), 0);
+    cpu[server] += ticks * TICK_MICROS;
   }
   return cpu;
 }
