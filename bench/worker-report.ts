@@ -115,7 +115,7 @@ export function renderWorkerSection(r: WorkerBenchResult): string {
 run; no-op handlers; every consumer in its own process (\`node --import tsx bench/peers/child.ts\`). Figures are the
 median of ${opts.runs} run(s) of every row, interleaved; "vs raw" is jobs/s over raw amqplib's in the same repetition.
 
-| system | configuration | jobs/s | vs raw amqplib | worker CPU ms / 1k jobs | PostgreSQL CPU | RabbitMQ CPU | Redis CPU | all CPU ms / 1k jobs | PostgreSQL transactions / job | rows written / job | durable |
+| system | configuration | jobs/s | vs raw amqplib | worker CPU ms / 1k jobs | PostgreSQL CPU ms / 1k jobs | RabbitMQ CPU ms / 1k jobs | Redis CPU ms / 1k jobs | all CPU ms / 1k jobs | PostgreSQL transactions / job | rows written / job | durable |
 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
 ${table}
 ${skipped}

@@ -20,7 +20,13 @@ import { redisFacts, redisPersistence } from './peers/bullmq.js';
 import { ConsumerProcess } from './peers/consumer-process.js';
 import { producePaced } from './peers/paced-producer.js';
 import type { ChildReport } from './peers/protocol.js';
-import type { Server, ServerCpu } from './peers/server-cpu.js';
+import {
+  perServer,
+  SERVERS,
+  serversNotSeen,
+  type Server,
+  type ServerCpu,
+} from './peers/server-cpu.js';
 import { systems } from './peers/registry.js';
 import type { Services, SystemId } from './peers/system.js';
 import {
@@ -198,15 +204,11 @@ function summarise(row: Row, jobs: number, reports: ChildReport[], pg?: PgCounte
   // Each process read the servers over its own window; the windows of a row's
   // processes all but coincide, so the largest reading stands for the row
   // (a sum would count the servers once per process).
-  const server = (s: Server) => Math.max(...reports.map((r) => r.serverCpuMicros[s])) / jobs;
+  const server = (s: Server) => Math.max(...reports.map((r) => r.serverCpu[s])) / jobs;
   return {
     jobsPerSec: (jobs / (last - first)) * 1000,
     cpuMsPer1k: (cpuMs / jobs) * 1000,
-    serverCpuMsPer1k: {
-      postgres: server('postgres'),
-      rabbitmq: server('rabbitmq'),
-      redis: server('redis'),
-    },
+    serverCpuMsPer1k: perServer(server),
     ...(pg && { pg }),
   };
 }
@@ -339,6 +341,8 @@ export async function runWorkerBench(opts: WorkerBenchOptions): Promise<WorkerBe
   try {
     const services: Services = { ...urls, pgUrl: db.url, redisUrl };
     const { rows, skipped } = await availableRows(opts, services);
+    for (const s of serversNotSeen())
+      console.error(`no ${s} process in /proc: its CPU column reads 0 (another PID namespace?)`);
     const redis = await redisFacts(redisUrl);
     const durability = {
       postgres: await postgresDurability(urls.pgUrl),
@@ -393,8 +397,9 @@ async function measure(
       runs.get(row)?.push(m);
       console.error(
         `run ${i + 1}/${opts.runs} ${label(row)}: ${m.jobsPerSec.toFixed(0)} jobs/s, ` +
-          `${m.cpuMsPer1k.toFixed(0)} CPU ms/1k (servers: PostgreSQL ${m.serverCpuMsPer1k.postgres.toFixed(0)}, ` +
-          `RabbitMQ ${m.serverCpuMsPer1k.rabbitmq.toFixed(0)}, Redis ${m.serverCpuMsPer1k.redis.toFixed(0)})` +
+          `${m.cpuMsPer1k.toFixed(0)} CPU ms/1k (servers: ` +
+          SERVERS.map((s) => `${s} ${m.serverCpuMsPer1k[s].toFixed(0)}`).join(', ') +
+          ')' +
           (m.pg ? `, ${m.pg.transactions} transactions` : ''),
       );
     }
@@ -459,20 +464,10 @@ function resultRow(
     // Against raw amqplib in the same repetition, then the median.
     vsRaw: median(ms.map((m, i) => m.jobsPerSec / (raw[i]?.jobsPerSec ?? NaN))),
     cpuMsPer1k: median(ms.map((m) => m.cpuMsPer1k)),
-    serverCpuMsPer1k: {
-      postgres: median(ms.map((m) => m.serverCpuMsPer1k.postgres)),
-      rabbitmq: median(ms.map((m) => m.serverCpuMsPer1k.rabbitmq)),
-      redis: median(ms.map((m) => m.serverCpuMsPer1k.redis)),
-    },
+    serverCpuMsPer1k: perServer((s) => median(ms.map((m) => m.serverCpuMsPer1k[s]))),
     // the whole machine's cost of a job: the consumer's CPU and its servers', in the same run
     allCpuMsPer1k: median(
-      ms.map(
-        (m) =>
-          m.cpuMsPer1k +
-          m.serverCpuMsPer1k.postgres +
-          m.serverCpuMsPer1k.rabbitmq +
-          m.serverCpuMsPer1k.redis,
-      ),
+      ms.map((m) => SERVERS.reduce((sum, s) => sum + m.serverCpuMsPer1k[s], m.cpuMsPer1k)),
     ),
     pgTransactionsPerJob: perJob((c) => c.transactions),
     pgRowsPerJob: perJob((c) => c.rowsWritten),

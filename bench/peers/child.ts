@@ -2,7 +2,7 @@
 // that its event loop is its own and its CPU can be told apart. Spawned by
 // bench/peers/consumer-process.ts with the spec as argv[2]; speaks the
 // protocol in ./protocol.ts over the IPC channel.
-import { cpuSince, serverCpuMicros, type ServerCpu } from './server-cpu.js';
+import { cpuSince, perServer, serverCpuMicros, type ServerCpu } from './server-cpu.js';
 import type { ChildMessage, ChildReport, ChildSpec, ParentMessage } from './protocol.js';
 import { wallMs, type ConsumerHooks, type System } from './system.js';
 
@@ -41,8 +41,9 @@ const hooks: ConsumerHooks = {
     if (spec.mode === 'latency') latencies.push(job.n, now - job.at);
     if (started++ === 0) {
       firstStartedAt = now;
-      cpuAtFirstStart = process.cpuUsage();
+      // the servers first: reading /proc costs a few ms of this process's own CPU
       serversAtFirstStart = serverCpuMicros();
+      cpuAtFirstStart = process.cpuUsage();
     }
     if (started === expect) reachedExpect();
   },
@@ -96,16 +97,14 @@ await settleNow;
 clearInterval(progress);
 await consumer.settle();
 const cpu = cpuAtFirstStart ? process.cpuUsage(cpuAtFirstStart) : { user: 0, system: 0 };
-const servers = serversAtFirstStart
-  ? cpuSince(serversAtFirstStart)
-  : { postgres: 0, rabbitmq: 0, redis: 0 };
+const servers = serversAtFirstStart ? cpuSince(serversAtFirstStart) : perServer(() => 0);
 const report: ChildReport = {
   started,
   finished,
   firstStartedAt,
   lastFinishedAt,
   cpuMicros: cpu.user + cpu.system,
-  serverCpuMicros: servers,
+  serverCpu: servers,
   latencies,
   ...(heap.length && { heap }),
 };

@@ -29,8 +29,8 @@ export interface ChildReport {
   lastFinishedAt?: number;
   /** process CPU (user + system) from the first handler start until settled */
   cpuMicros: number;
-  /** the servers' CPU (./server-cpu.ts) over the same window */
-  serverCpuMicros: ServerCpu;
+  /** the servers' CPU in µs (./server-cpu.ts) over the same window */
+  serverCpu: ServerCpu;
   /** latency mode: pairs of job number and (handler start − publish) in ms, flattened */
   latencies: number[];
   /** heap used after a full GC, at each of the spec's heapAt counts */

@@ -9,22 +9,34 @@
 import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 
-export type Server = 'postgres' | 'rabbitmq' | 'redis';
+export const SERVERS = ['postgres', 'rabbitmq', 'redis'] as const;
+export type Server = (typeof SERVERS)[number];
 export type ServerCpu = Record<Server, number>;
 
 /** The process names (/proc/PID/stat's comm) of each server. */
-const NAMES: Record<string, Server> = {
-  postgres: 'postgres',
-  'beam.smp': 'rabbitmq',
-  'redis-server': 'redis',
-};
+const NAMES = new Map<string, Server>([
+  ['postgres', 'postgres'],
+  ['beam.smp', 'rabbitmq'],
+  ['redis-server', 'redis'],
+]);
 
-/** Clock ticks per second of /proc's utime and stime (USER_HZ). */
-const TICK_MICROS = 1e6 / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+/** Clock ticks per second of /proc's utime and stime (USER_HZ; 100 on Linux when getconf is missing). */
+const TICK_MICROS = 1e6 / clockTicks();
 
-/** Each server's CPU (user + system) so far, in µs, summed over its processes. */
-export function serverCpuMicros(): ServerCpu {
-  const cpu: ServerCpu = { postgres: 0, rabbitmq: 0, redis: 0 };
+function clockTicks(): number {
+  try {
+    const hz = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+    return hz > 0 ? hz : 100;
+  } catch {
+    return 100;
+  }
+}
+
+export const perServer = (f: (s: Server) => number): ServerCpu =>
+  Object.fromEntries(SERVERS.map((s) => [s, f(s)])) as ServerCpu;
+
+/** Calls `each` with the server and CPU ticks of every server process (utime, stime, cutime, cstime). */
+function eachServerProcess(each: (server: Server, ticks: number) => void): void {
   for (const pid of readdirSync('/proc')) {
     if (!/^\d+$/.test(pid)) continue;
     let stat: string;
@@ -34,20 +46,31 @@ export function serverCpuMicros(): ServerCpu {
       continue; // exited meanwhile
     }
     // comm is in parentheses and may hold spaces: the fields follow the last ')'.
-    const server = NAMES[stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'))];
+    const server = NAMES.get(stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')));
     if (!server) continue;
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // utime, stime, and cutime, cstime: the reaped children's
-    const ticks = fields.slice(11, 15).reduce((sum, f) => sum + Number(f), 0);
-    cpu[server] += ticks * TICK_MICROS;
+    // fields 14–17: utime, stime, and cutime, cstime (the reaped children's)
+    each(
+      server,
+      fields.slice(11, 15).reduce((sum, f) => sum + Number(f), 0),
+    );
   }
+}
+
+/** Each server's CPU (user + system) so far, in µs, summed over its processes. */
+export function serverCpuMicros(): ServerCpu {
+  const cpu = perServer(() => 0);
+  eachServerProcess((server, ticks) => (cpu[server] += ticks * TICK_MICROS));
   return cpu;
 }
 
 export function cpuSince(before: ServerCpu, after: ServerCpu = serverCpuMicros()): ServerCpu {
-  return {
-    postgres: after.postgres - before.postgres,
-    rabbitmq: after.rabbitmq - before.rabbitmq,
-    redis: after.redis - before.redis,
-  };
+  return perServer((s) => after[s] - before[s]);
+}
+
+/** The servers with no process in /proc (another PID namespace, not installed): their column would read 0. */
+export function serversNotSeen(): Server[] {
+  const seen = new Set<Server>();
+  eachServerProcess((server) => seen.add(server));
+  return SERVERS.filter((s) => !seen.has(s));
 }

@@ -268,26 +268,38 @@ async function watch(read: () => Promise<JobWorkerObject>, timeoutMs: number): P
  * operator sees a spec matching that revision and rolls back in its fixed
  * order; the compatibility gate applies as to any rollback. The whole spec is
  * replaced (fields the old revision did not have must go), so the write
- * carries the resourceVersion it read; the operator's status writes move that
- * on, so a conflict reads again and retries, as client-go's RetryOnConflict.
+ * carries the resourceVersion it read. The operator's status writes move that
+ * on without changing the spec: a conflict then reads again and retries the
+ * same revision (client-go's RetryOnConflict). A conflict with a spec edit
+ * (the generation moved) stops: someone else's change is not overwritten.
  */
 async function undo(
   client: KubeClient,
   read: () => Promise<JobWorkerObject>,
   to?: string,
 ): Promise<number> {
+  let first: { generation?: number; revision: string } | undefined;
   for (let attempt = 1; ; attempt++) {
     const jw = await read();
-    const plan = await undoPlan(client, jw, to);
+    if (first && jw.metadata.generation !== first.generation) {
+      console.error(
+        `${jw.metadata.name}'s spec changed while undo was writing (generation ${first.generation ?? '?'} → ${jw.metadata.generation ?? '?'}); nothing was changed by undo: look at kubectl jobworker status ${jw.metadata.name}, then run undo again if it is still wanted`,
+      );
+      return 2;
+    }
+    const plan = await undoPlan(client, jw, first?.revision ?? to);
     if ('problem' in plan) {
       console.error(plan.problem);
       return 2;
     }
+    first ??= { generation: jw.metadata.generation, revision: plan.revision };
     try {
       await client.replace(plan.object);
     } catch (err) {
-      if (err instanceof KubeApiError && err.status === 409 && attempt < UNDO_ATTEMPTS) continue;
-      throw err;
+      if (!(err instanceof KubeApiError && err.status === 409 && attempt < UNDO_ATTEMPTS))
+        throw err;
+      await new Promise((r) => setTimeout(r, 10 * attempt)); // as client-go's backoff: a few ms
+      continue;
     }
     console.log(
       `${jw.metadata.name}: rolling back to revision ${plan.revision} (${plan.image}). The operator drains revision ${jw.status?.currentRevision ?? '?'} first; follow it with: kubectl jobworker status ${jw.metadata.name} --watch`,

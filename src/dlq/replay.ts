@@ -58,9 +58,10 @@ export interface ReplayDeps {
   /** stops the pass between messages (the operator lost its lease, or is shutting down) */
   signal?: AbortSignal;
   /**
-   * Before each replayed message: resolves when replaying may go on (the
-   * JobReplay controller waits here while the incident lasts: ./replay-hold.ts).
-   * Called before a message is taken, so none waits unacked through a hold.
+   * Before each replayed message and between the slices of a wait for the
+   * rate: resolves when replaying may go on (the JobReplay controller waits
+   * here while the incident lasts: ./replay-hold.ts). Called before a message
+   * is taken, so none waits unacked through a hold.
    */
   gate?: () => Promise<void>;
 }
@@ -190,8 +191,9 @@ async function pass(
         await d.gate();
         if (d.signal?.aborted) break;
       }
-      // Wait for the rate here, before taking a message, in slices: a hold that starts while
-      // the replay waits its turn is seen within a slice, not after a slow rate's whole gap.
+      // Wait for the rate here, before taking a message, in slices that go back to the gate:
+      // a hold that starts while the replay waits its turn is seen at the gate's next check,
+      // not after a slow rate's whole gap (up to 100 s at 0.01/s).
       const due = limiter.due(d.now());
       if (due > 0) {
         await d.sleep(Math.min(due, RATE_WAIT_SLICE_MS));
