@@ -41,8 +41,9 @@ const hooks: ConsumerHooks = {
     if (spec.mode === 'latency') latencies.push(job.n, now - job.at);
     if (started++ === 0) {
       firstStartedAt = now;
-      // the servers first: reading /proc costs a few ms of this process's own CPU
-      serversAtFirstStart = serverCpuMicros();
+      // the servers first: reading /proc costs a few ms of this process's own CPU.
+      // Only throughput runs report them; a latency run's first job is not kept waiting.
+      if (spec.mode === 'throughput') serversAtFirstStart = serverCpuMicros();
       cpuAtFirstStart = process.cpuUsage();
     }
     if (started === expect) reachedExpect();
