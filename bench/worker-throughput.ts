@@ -93,6 +93,8 @@ const ROWS: Row[] = [
     processes: 1,
     latency: true,
   },
+  // As many deliveries in flight as pg-boss's row holds jobs (4 batches of 64): like for like.
+  { system: 'jobfleet', config: 'prefetch 256', options: { prefetch: 256 }, processes: 1 },
   {
     system: 'jobfleet',
     config: '2 processes × prefetch 64',

@@ -18,7 +18,8 @@ const workOptions = {
 } satisfies WorkOptions;
 
 const settings =
-  `work(): batchSize ${workOptions.batchSize}, localConcurrency ${workOptions.localConcurrency}, ` +
+  `work(): batchSize ${workOptions.batchSize}, localConcurrency ${workOptions.localConcurrency} ` +
+  `(up to ${workOptions.batchSize * workOptions.localConcurrency} jobs in hand at once), ` +
   'burstWhenBatchFull; useListenNotify + queue notify: true (LISTEN/NOTIFY dispatch); other options ' +
   'default, supervisor and maintenance included (https://pgboss.io/api/workers)';
 
