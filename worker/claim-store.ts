@@ -1,7 +1,8 @@
 // The claim store: PostgreSQL adapter for idempotency claims and dead-letter
 // records. Every method is one round trip (migrate aside); claims and
 // completions outside a transaction share theirs with concurrent callers:
-// one statement per event-loop turn carries both (group commit).
+// one statement per event-loop turn carries both (group commit), and the
+// ack journal's rows ride along.
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
@@ -66,6 +67,16 @@ interface ClaimRow {
   first_seen_at: Date;
 }
 
+/** The journal's parallel arrays: delivery id, job id, key, outcome, attempt, acked-at (ms). */
+const journalColumns = (entries: readonly AckEntry[]) => [
+  entries.map((e) => e.deliveryId),
+  entries.map((e) => e.jobId),
+  entries.map((e) => e.key),
+  entries.map((e) => e.outcome),
+  entries.map((e) => e.attempt),
+  entries.map((e) => e.ackedAt),
+];
+
 export function poolConfig(url: string, caFile?: string): pg.PoolConfig {
   const config: pg.PoolConfig = { connectionString: url, max: 10, connectionTimeoutMillis: 5000 };
   // A mounted CA bundle for sslmode=verify-*; the URL's own sslrootcert also works.
@@ -97,8 +108,8 @@ interface Completion {
   result: string;
 }
 
-/** What one delivery asks of a group-commit statement. */
-type Op = { claim: ClaimRequest } | { complete: Completion };
+/** What one delivery asks of a group-commit statement; the ack journal's rows ride along. */
+type Op = { claim: ClaimRequest } | { complete: Completion } | { journal: readonly AckEntry[] };
 type OpResult = ClaimOutcome | boolean;
 
 /**
@@ -122,7 +133,8 @@ export class ClaimStore {
     this.ops = new GroupCommit((ops) => this.flush(ops), {
       ...groupCommit,
       // a claim and a completion of one key never share a statement (one row, one change)
-      keyOf: (op) => ('claim' in op ? op.claim.key : op.complete.key),
+      keyOf: (op) =>
+        'claim' in op ? op.claim.key : 'complete' in op ? op.complete.key : undefined,
       // One message's unstorable value must not fail the others of its batch.
       alone: isMessageDataError,
     });
@@ -186,15 +198,17 @@ export class ClaimStore {
   private async flush(ops: Op[]): Promise<OpResult[]> {
     const claims: ClaimRequest[] = [];
     const completions: Completion[] = [];
+    const acks: AckEntry[] = [];
     for (const op of ops) {
       if ('claim' in op) claims.push(op.claim);
-      else completions.push(op.complete);
+      else if ('complete' in op) completions.push(op.complete);
+      else acks.push(...op.journal);
     }
     const byKey = (a: { key: string }, b: { key: string }) =>
       a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
     claims.sort(byKey);
     completions.sort(byKey);
-    const query = named('claimAndComplete', [
+    const records = [
       claims.map((r) => r.key),
       claims.map((r) => r.owner),
       claims.map((r) => r.jobId),
@@ -203,7 +217,13 @@ export class ClaimStore {
       completions.map((c) => c.key),
       completions.map((c) => c.owner),
       completions.map((c) => c.result),
-    ]);
+    ];
+    const query =
+      acks.length === 0
+        ? named('claimAndComplete', records)
+        : claims.length + completions.length === 0
+          ? named('journalAcks', journalColumns(acks))
+          : named('groupCommit', [...records, ...journalColumns(acks)]);
     let rows: Array<ClaimRow & { key: string }>;
     for (let tries = 1; ; tries++) {
       try {
@@ -223,7 +243,7 @@ export class ClaimStore {
       ops.map((op) =>
         'claim' in op
           ? this.outcomeOf(op.claim, claimRows.get(op.claim.key))
-          : Promise.resolve(recorded.has(op.complete.key)),
+          : Promise.resolve('complete' in op ? recorded.has(op.complete.key) : true),
       ),
     );
   }
@@ -376,19 +396,14 @@ export class ClaimStore {
     return rows[0]?.swept ?? 0;
   }
 
-  /** Appends acknowledged deliveries to the ack journal, many in one statement. */
-  async journalAcks(entries: readonly AckEntry[]): Promise<void> {
+  /**
+   * Appends acknowledged deliveries to the ack journal. With `waitMs` the
+   * rows ride with the next group-commit statement (no commit of their own),
+   * or go by themselves after `waitMs`.
+   */
+  async journalAcks(entries: readonly AckEntry[], waitMs = 0): Promise<void> {
     if (entries.length === 0) return;
-    await this.pool.query(
-      named('journalAcks', [
-        entries.map((e) => e.deliveryId),
-        entries.map((e) => e.jobId),
-        entries.map((e) => e.key),
-        entries.map((e) => e.outcome),
-        entries.map((e) => e.attempt),
-        entries.map((e) => e.ackedAt),
-      ]),
-    );
+    await this.ops.submit({ journal: entries }, waitMs);
   }
 
   async ping(): Promise<void> {

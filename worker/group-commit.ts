@@ -3,7 +3,9 @@
 // event-loop turn in which its first item arrived (an idle worker waits for
 // nothing), and while a batch is in flight the next one gathers — so under
 // load batches grow to what the store's round trip lets pile up, and one
-// PostgreSQL commit carries many jobs.
+// PostgreSQL commit carries many jobs. An item that may wait (a rider: the
+// ack journal) sends nothing by itself: it goes with the next statement, or
+// alone once its wait is over.
 
 export interface GroupCommitOptions {
   /** most items per statement */
@@ -14,6 +16,8 @@ export interface GroupCommitOptions {
 
 interface Waiting<I, O> {
   item: I;
+  /** a rider: it may wait for a statement that goes anyway */
+  rides: boolean;
   resolve: (o: O) => void;
   reject: (err: unknown) => void;
 }
@@ -24,6 +28,11 @@ export class GroupCommit<I, O> {
   private readonly busy = new Set<string>();
   private scheduled = false;
   private inFlight = 0;
+  /** items in `queue` that want a statement this turn (not riders) */
+  private urgent = 0;
+  /** the riders' wait is over: they want a statement too */
+  private ridersDue = false;
+  private riderTimer: NodeJS.Timeout | undefined;
   /** statements sent, and items they carried (bench figures) */
   readonly stats = { batches: 0, items: 0 };
 
@@ -39,20 +48,37 @@ export class GroupCommit<I, O> {
   constructor(
     private readonly run: (items: I[]) => Promise<O[]>,
     private readonly opts: GroupCommitOptions & {
-      keyOf?: (item: I) => string;
+      /** undefined: the item has no key (it may share a statement with anything) */
+      keyOf?: (item: I) => string | undefined;
       alone?: (err: unknown) => boolean;
     },
   ) {}
 
-  submit(item: I): Promise<O> {
+  /**
+   * `waitMs` > 0 makes the item a rider: it joins the next statement that
+   * goes for other items, or goes by itself after `waitMs`.
+   */
+  submit(item: I, waitMs = 0): Promise<O> {
     return new Promise<O>((resolve, reject) => {
-      this.queue.push({ item, resolve, reject });
+      const rides = waitMs > 0;
+      this.queue.push({ item, rides, resolve, reject });
+      if (!rides) this.urgent++;
+      else
+        this.riderTimer ??= setTimeout(() => {
+          this.riderTimer = undefined;
+          this.ridersDue = true;
+          this.schedule();
+        }, waitMs).unref();
       this.schedule();
     });
   }
 
+  private wanted(): boolean {
+    return this.urgent > 0 || (this.ridersDue && this.queue.length > 0);
+  }
+
   private schedule(): void {
-    if (this.scheduled || this.inFlight >= this.opts.maxInFlight || this.queue.length === 0) return;
+    if (this.scheduled || this.inFlight >= this.opts.maxInFlight || !this.wanted()) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
@@ -61,7 +87,7 @@ export class GroupCommit<I, O> {
   }
 
   private async flush(): Promise<void> {
-    if (this.inFlight >= this.opts.maxInFlight || this.queue.length === 0) return;
+    if (this.inFlight >= this.opts.maxInFlight || !this.wanted()) return;
     const batch: Array<Waiting<I, O>> = [];
     const later: Array<Waiting<I, O>> = [];
     const keys: string[] = [];
@@ -77,6 +103,13 @@ export class GroupCommit<I, O> {
     }
     this.queue = later;
     if (batch.length === 0) return; // every waiting key is in flight: its statement's end reschedules
+    this.urgent = later.reduce((n, w) => n + (w.rides ? 0 : 1), 0);
+    if (!later.some((w) => w.rides)) {
+      // every rider goes with this statement
+      clearTimeout(this.riderTimer);
+      this.riderTimer = undefined;
+      this.ridersDue = false;
+    }
     this.inFlight++;
     this.stats.batches++;
     this.stats.items += batch.length;

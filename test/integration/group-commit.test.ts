@@ -85,6 +85,32 @@ describe('group commit in the claim store', () => {
     expect(claimed.outcome).toBe('new');
   });
 
+  it("the ack journal's rows ride with claims in one statement, and go alone when nothing else does", async () => {
+    const ack = (id: string) => ({
+      deliveryId: id,
+      jobId: id,
+      key: id,
+      outcome: 'completed' as const,
+      attempt: 1,
+      ackedAt: Date.parse('2026-01-01T00:00:00Z'),
+    });
+    const before = store.batchStats.batches;
+    const [, claimed] = await Promise.all([
+      store.journalAcks([ack('d-1'), ack('d-2')], 60_000),
+      store.claim('r-1', 30, 'j-r-1', 't'),
+    ]);
+    expect(store.batchStats.batches - before).toBe(1);
+    expect(claimed.outcome).toBe('new');
+    // alone (nothing else to ride with), a short wait sends them by themselves
+    await store.journalAcks([ack('d-3')], 10);
+    expect(store.batchStats.batches - before).toBe(2);
+    const { rows } = await pool.query<{ delivery_id: string; acked_at: Date }>(
+      'select delivery_id, acked_at from jobfleet_acks order by delivery_id',
+    );
+    expect(rows.map((r) => r.delivery_id)).toEqual(['d-1', 'd-2', 'd-3']);
+    expect(rows[0]?.acked_at.toISOString()).toBe('2026-01-01T00:00:00.000Z');
+  });
+
   it("a key's completion and a new claim of it in one turn go one after the other: the claim sees it completed", async () => {
     const [first] = await claimAll(['same']);
     const owner = first && 'owner' in first ? first.owner : '';

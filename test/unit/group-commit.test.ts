@@ -1,6 +1,6 @@
 // GroupCommit's batching rules, with a store simulated by promises the test
 // resolves: what goes together, what waits, what fails alone.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { GroupCommit } from '../../worker/group-commit.js';
 
 interface Call {
@@ -22,7 +22,7 @@ function harness(opts: { maxBatch?: number; maxInFlight?: number; alone?: boolea
     {
       maxBatch: opts.maxBatch ?? 256,
       maxInFlight: opts.maxInFlight ?? 2,
-      keyOf: (i) => i.split(':')[0] as string,
+      keyOf: (i) => i.split(':')[0],
       ...(opts.alone && { alone: (err: unknown) => (err as Error).message === 'bad value' }),
     },
   );
@@ -105,5 +105,68 @@ describe('GroupCommit', () => {
     }
     expect(calls.map((c) => c.items)).toEqual([['a', 'bad', 'c'], ['a'], ['bad'], ['c']]);
     expect((await out).map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+  });
+
+  describe('riders (items that may wait: the ack journal)', () => {
+    // only setTimeout is faked: the event-loop turns stay real
+    afterEach(() => {
+      vi.useRealTimers();
+    });
+
+    it('a rider sends nothing by itself until its wait is over, then goes alone', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+      const { gc, calls } = harness({ maxInFlight: 1 });
+      const out = gc.submit('j', 200);
+      await turn();
+      await turn();
+      expect(calls).toEqual([]);
+      vi.advanceTimersByTime(199);
+      await turn();
+      expect(calls).toEqual([]);
+      vi.advanceTimersByTime(1);
+      await turn();
+      expect(calls.map((c) => c.items)).toEqual([['j']]);
+      calls[0]?.finish();
+      expect(await out).toBe('done j');
+    });
+
+    it('a rider joins the next statement that goes for other items, and does not go again', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+      const { gc, calls } = harness({ maxInFlight: 1 });
+      const rider = gc.submit('j', 200);
+      const claim = gc.submit('a');
+      await turn();
+      expect(calls.map((c) => c.items)).toEqual([['j', 'a']]);
+      calls[0]?.finish();
+      expect(await Promise.all([rider, claim])).toEqual(['done j', 'done a']);
+      vi.advanceTimersByTime(1000);
+      await turn();
+      expect(calls).toHaveLength(1);
+    });
+
+    it('riders that arrive while a statement is in flight go with the next one the others need', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+      const { gc, calls } = harness({ maxInFlight: 1 });
+      const first = gc.submit('a');
+      await turn();
+      const rider = gc.submit('j', 200);
+      const second = gc.submit('b');
+      await turn();
+      expect(calls.map((c) => c.items)).toEqual([['a']]);
+      calls[0]?.finish();
+      await first;
+      await turn();
+      expect(calls.map((c) => c.items)).toEqual([['a'], ['j', 'b']]);
+      calls[1]?.finish();
+      await Promise.all([rider, second]);
+    });
+
+    it('a rider in a failed statement is rejected with it (its writer keeps it for later)', async () => {
+      const { gc, calls } = harness({ maxInFlight: 1 });
+      const out = Promise.allSettled([gc.submit('j', 200), gc.submit('a')]);
+      await turn();
+      calls[0]?.finish(new Error('connection lost'));
+      expect((await out).map((r) => r.status)).toEqual(['rejected', 'rejected']);
+    });
   });
 });
