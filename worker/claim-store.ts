@@ -185,14 +185,9 @@ export class ClaimStore {
    * together as one statement (group commit); each caller gets its own key's
    * outcome.
    */
-  async claim(
-    key: string,
-    leaseSeconds: number,
-    jobId: string,
-    type: string,
-  ): Promise<ClaimOutcome> {
+  claim(key: string, leaseSeconds: number, jobId: string, type: string): Promise<ClaimOutcome> {
     const claim = { key, owner: randomUUID(), jobId, type, leaseSeconds };
-    return (await this.ops.submit({ claim })) as ClaimOutcome;
+    return this.ops.submit({ claim }) as Promise<ClaimOutcome>;
   }
 
   private async flush(ops: Op[]): Promise<OpResult[]> {
@@ -239,54 +234,35 @@ export class ClaimStore {
       if (r.outcome === 'recorded') recorded.add(r.key);
       else claimRows.set(r.key, r);
     }
-    return Promise.all(
-      ops.map((op) =>
-        'claim' in op
-          ? this.outcomeOf(op.claim, claimRows.get(op.claim.key))
-          : Promise.resolve('complete' in op ? recorded.has(op.complete.key) : true),
-      ),
-    );
+    // answered at once but for the rare key whose row needs a second read
+    let reads = false;
+    const out = ops.map((op): OpResult | Promise<OpResult> => {
+      if (!('claim' in op)) return 'complete' in op ? recorded.has(op.complete.key) : true;
+      const row = claimRows.get(op.claim.key);
+      if (row) return outcomeOf(op.claim.owner, row);
+      reads = true;
+      return this.peekHeld(op.claim.key);
+    });
+    return reads ? Promise.all(out.map((o) => Promise.resolve(o))) : (out as OpResult[]);
   }
 
-  private async outcomeOf(r: ClaimRequest, row: ClaimRow | undefined): Promise<ClaimOutcome> {
-    const { key, owner } = r;
-    if (!row) {
-      // The row was inserted by a concurrent claim after this statement's
-      // snapshot: someone else holds it right now. A second read (rare: only
-      // on this race) learns until when, so the retry waits out the lease.
-      // The batch has committed: a failed read must not fail it; unknown reads as held.
-      const peeked = await this.pool
-        .query<{ state: string; attempts: number; lease_until: Date | null }>(named('peek', [key]))
-        .then(
-          (r) => r.rows,
-          () => [],
-        );
-      const p = peeked[0];
-      if (p?.state === 'completed')
-        return { outcome: 'completed', result: undefined, attempts: p.attempts };
-      return { outcome: 'held', until: p?.lease_until ?? null, attempts: p?.attempts ?? 0 };
-    }
-    switch (row.outcome) {
-      case 'new':
-      case 'retry':
-      case 'takeover':
-        return {
-          outcome: row.outcome,
-          owner,
-          attempts: row.attempts,
-          throttled: row.throttled ?? 0,
-          lastError: row.last_error,
-          firstSeenAt: row.first_seen_at,
-        };
-      case 'completed':
-        return { outcome: 'completed', result: row.result, attempts: row.attempts };
-      case 'dead_lettered':
-        return { outcome: 'dead_lettered', attempts: row.attempts };
-      case 'not_due':
-        return { outcome: 'not_due', until: row.wait_until, attempts: row.attempts };
-      default:
-        return { outcome: 'held', until: row.wait_until, attempts: row.attempts };
-    }
+  /**
+   * The row was inserted by a concurrent claim after this statement's
+   * snapshot: someone else holds it right now. A second read (rare: only on
+   * this race) learns until when, so the retry waits out the lease. The
+   * batch has committed: a failed read must not fail it; unknown reads as held.
+   */
+  private async peekHeld(key: string): Promise<ClaimOutcome> {
+    const peeked = await this.pool
+      .query<{ state: string; attempts: number; lease_until: Date | null }>(named('peek', [key]))
+      .then(
+        (r) => r.rows,
+        () => [],
+      );
+    const p = peeked[0];
+    if (p?.state === 'completed')
+      return { outcome: 'completed', result: undefined, attempts: p.attempts };
+    return { outcome: 'held', until: p?.lease_until ?? null, attempts: p?.attempts ?? 0 };
   }
 
   async renew(
@@ -408,5 +384,30 @@ export class ClaimStore {
 
   async ping(): Promise<void> {
     await this.pool.query('select 1');
+  }
+}
+
+/** A claim's outcome from its key's row in the statement's answer; `owner` is the token it claimed with. */
+function outcomeOf(owner: string, row: ClaimRow): ClaimOutcome {
+  switch (row.outcome) {
+    case 'new':
+    case 'retry':
+    case 'takeover':
+      return {
+        outcome: row.outcome,
+        owner,
+        attempts: row.attempts,
+        throttled: row.throttled ?? 0,
+        lastError: row.last_error,
+        firstSeenAt: row.first_seen_at,
+      };
+    case 'completed':
+      return { outcome: 'completed', result: row.result, attempts: row.attempts };
+    case 'dead_lettered':
+      return { outcome: 'dead_lettered', attempts: row.attempts };
+    case 'not_due':
+      return { outcome: 'not_due', until: row.wait_until, attempts: row.attempts };
+    default:
+      return { outcome: 'held', until: row.wait_until, attempts: row.attempts };
   }
 }

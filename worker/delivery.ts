@@ -18,6 +18,7 @@ import { isInt32, storable } from './storable.js';
 import { isConnectionError, isMessageDataError, isStoreError } from './store-errors.js';
 import type { WorkerMetrics } from './metrics.js';
 import { HEADERS } from './producer.js';
+import { RunSignal } from './run-signal.js';
 
 export interface Job<P = unknown> extends Envelope<P> {
   /** 1 for the first run; counts every run of this key, crashed ones included, throttled ones not */
@@ -274,19 +275,17 @@ async function run(
 ): Promise<DeliveryResult> {
   const attempt = claim.attempts;
   const handler = d.handlers.get(env.type) as Handler;
-  // One controller, aborted by a lost lease or by the drain deadline (a
-  // listener removed afterwards: nothing is retained per job).
-  const abort = new AbortController();
-  const onDrain = () => abort.abort(d.drainSignal.reason);
-  if (d.drainSignal.aborted) onDrain();
-  else d.drainSignal.addEventListener('abort', onDrain, { once: true });
+  // Aborted by a lost lease or by the drain deadline; made only if the handler reads it.
+  const abort = new RunSignal(d.drainSignal);
   // Transactional mode holds the claim row's lock instead (see below).
   if (d.mode === 'external') d.leases.hold(env.key, owner, abort);
   let log: Logger | undefined;
   const ctx: HandlerContext = {
     key: env.key,
     attempt,
-    signal: abort.signal,
+    get signal() {
+      return abort.signal;
+    },
     // a child logger only for handlers that log
     get log() {
       return (log ??= d.log.child({ type: env.type, jobId: env.id, attempt }));
@@ -355,7 +354,7 @@ async function run(
     return failed(msg, d, env, owner, claim, firstSeenAt, err);
   } finally {
     if (d.mode === 'external') d.leases.release(env.key, owner);
-    d.drainSignal.removeEventListener('abort', onDrain);
+    abort.done();
     d.metrics.inflight.dec();
     tx?.off('error', onTxError);
     tx?.release(txBroken); // a broken connection is destroyed, not pooled

@@ -3,9 +3,14 @@
 // claim whose row was not renewed was taken over: its handler's signal aborts.
 import type { ClaimStore } from './claim-store.js';
 
+/** what a lost lease aborts (the handler's RunSignal) */
+interface Abortable {
+  abort(reason: unknown): void;
+}
+
 interface Held {
   owner: string;
-  lost: AbortController;
+  lost: Abortable;
 }
 
 export class LeaseKeeper {
@@ -18,7 +23,7 @@ export class LeaseKeeper {
   ) {}
 
   /** Keeps `key`'s lease alive until `release`; aborts `lost` if the claim is taken over. */
-  hold(key: string, owner: string, lost: AbortController): void {
+  hold(key: string, owner: string, lost: Abortable): void {
     this.held.set(key, { owner, lost });
     // A third of the lease: two missed ticks (a store blip) still leave it held.
     this.timer ??= setInterval(
