@@ -1,9 +1,12 @@
 // The ack journal's writer: acks are noted in memory and handed to the claim
 // store at the end of the turn, where they ride with the next group-commit
-// statement (no commit of their own) or go by themselves after `rideMs`. A
-// crash loses the unwritten tail — acceptable for evidence, which is all the
-// journal is: the durable record was written before the ack.
+// statement (no commit of their own) or go by themselves after `rideMs`. One
+// write at a time, so that no statement carries more than `maxBatch` journal
+// rows, however many piled up while the store was down. A crash loses the
+// unwritten tail — acceptable for evidence, which is all the journal is: the
+// durable record was written before the ack.
 import type { AckEntry, ClaimStore } from './claim-store.js';
+import { isMessageDataError } from './store-errors.js';
 
 /** Entries kept while the store is down; past this the oldest are dropped. */
 const MAX_PENDING = 10_000;
@@ -11,13 +14,16 @@ const MAX_PENDING = 10_000;
 export class AckJournal {
   private pending: AckEntry[] = [];
   private scheduled = false;
+  /** the write in flight, if any */
+  private writing: Promise<void> | undefined;
   /** set while waiting to try again after a failed write */
   private retry: NodeJS.Timeout | undefined;
-  private readonly writing = new Set<Promise<void>>();
+  private closed = false;
+  /** entries given up: past MAX_PENDING, or refused by PostgreSQL as they are */
   dropped = 0;
 
   constructor(
-    private readonly store: Pick<ClaimStore, 'journalAcks'>,
+    private readonly store: Pick<ClaimStore, 'journalAcks' | 'sendRiders'>,
     private readonly onError: (err: unknown) => void,
     private readonly rideMs = 200,
     private readonly maxBatch = 500,
@@ -29,39 +35,64 @@ export class AckJournal {
       this.dropped += this.pending.length - MAX_PENDING;
       this.pending.splice(0, this.pending.length - MAX_PENDING);
     }
-    if (this.scheduled || this.retry) return;
+    this.schedule();
+  }
+
+  /**
+   * Writes what is pending now, without riding, and stops retrying: the
+   * worker is stopping. A write that fails here ends it (the store is down:
+   * what is left goes with the process).
+   */
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.retry);
+    this.retry = undefined;
+    for (;;) {
+      if (this.writing) {
+        this.store.sendRiders(); // what already rides goes now, not after its wait
+        await this.writing;
+      }
+      const before = this.pending.length;
+      if (before === 0) return;
+      this.write(0);
+      await this.writing;
+      if (this.pending.length >= before) return;
+    }
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.writing || this.retry || this.closed) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
-      if (!this.retry) this.send(this.rideMs); // after a failure, the retry sends them
+      if (!this.writing && !this.retry && !this.closed) this.write(this.rideMs);
     });
   }
 
-  /** Writes what is pending now, without riding, and waits for every write under way. */
-  async flush(): Promise<void> {
-    clearTimeout(this.retry);
-    this.retry = undefined;
-    this.send(0);
-    while (this.writing.size) await Promise.all(this.writing);
-  }
-
-  private send(waitMs: number): void {
-    while (this.pending.length) {
-      const batch = this.pending.splice(0, this.maxBatch);
-      const write: Promise<void> = this.store.journalAcks(batch, waitMs).then(
-        () => undefined,
-        (err: unknown) => {
-          // kept for the next try, oldest first; the store is likely down
-          this.pending.unshift(...batch);
-          this.onError(err);
-          this.retry ??= setTimeout(() => {
-            this.retry = undefined;
-            this.send(this.rideMs);
-          }, 5 * this.rideMs).unref();
-        },
-      );
-      this.writing.add(write);
-      void write.finally(() => this.writing.delete(write));
-    }
+  private write(waitMs: number): void {
+    if (this.pending.length === 0) return;
+    const batch = this.pending.splice(0, this.maxBatch);
+    this.writing = this.store.journalAcks(batch, waitMs).then(
+      () => {
+        this.writing = undefined;
+        if (this.pending.length) this.schedule();
+      },
+      (err: unknown) => {
+        this.writing = undefined;
+        this.onError(err);
+        // A batch PostgreSQL refuses as it is would fail every statement it rode with.
+        if (isMessageDataError(err)) {
+          this.dropped += batch.length;
+          this.schedule();
+          return;
+        }
+        this.pending.unshift(...batch); // the store is likely down: try again later, oldest first
+        if (this.closed) return;
+        this.retry = setTimeout(() => {
+          this.retry = undefined;
+          this.schedule();
+        }, 5 * this.rideMs).unref();
+      },
+    );
   }
 }

@@ -382,6 +382,11 @@ export class ClaimStore {
     await this.ops.submit({ journal: entries }, waitMs);
   }
 
+  /** The journal rows riding now go with a statement sent at once (a stop's last write). */
+  sendRiders(): void {
+    this.ops.sendRiders();
+  }
+
   async ping(): Promise<void> {
     await this.pool.query('select 1');
   }

@@ -267,10 +267,9 @@ $fn$;
 -- The ack journal without its surrogate key: nothing reads jobfleet_acks.id,
 -- and its sequence and primary-key index cost every journal row a nextval and
 -- an index insertion (rows are found by key, through jobfleet_acks_key).
--- Workers of earlier versions insert without an id: it stays, nullable.
-alter table jobfleet_acks drop constraint jobfleet_acks_pkey;
-alter table jobfleet_acks alter column id drop default, alter column id drop not null;
-drop sequence jobfleet_acks_id_seq;
+-- Workers of earlier versions never write the column: their inserts go on.
+-- Dropping it drops the primary key and the sequence it owns with it.
+alter table jobfleet_acks drop column id;
 `,
   },
 ];

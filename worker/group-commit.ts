@@ -33,6 +33,7 @@ export class GroupCommit<I, O> {
   /** the riders' wait is over: they want a statement too */
   private ridersDue = false;
   private riderTimer: NodeJS.Timeout | undefined;
+  private riderDeadline = 0;
   /** statements sent, and items they carried (bench figures) */
   readonly stats = { batches: 0, items: 0 };
 
@@ -63,14 +64,28 @@ export class GroupCommit<I, O> {
       const rides = waitMs > 0;
       this.queue.push({ item, rides, resolve, reject });
       if (!rides) this.urgent++;
-      else
-        this.riderTimer ??= setTimeout(() => {
-          this.riderTimer = undefined;
-          this.ridersDue = true;
-          this.schedule();
-        }, waitMs).unref();
+      else this.rideFor(waitMs);
       this.schedule();
     });
+  }
+
+  /** The riders waiting now go with the next statement, which goes at once (a stop's last write). */
+  sendRiders(): void {
+    this.ridersDue = true;
+    this.schedule();
+  }
+
+  /** Arms the riders' timer for the earliest wait of those queued. */
+  private rideFor(waitMs: number): void {
+    const deadline = performance.now() + waitMs;
+    if (this.ridersDue || (this.riderTimer && deadline >= this.riderDeadline)) return;
+    clearTimeout(this.riderTimer);
+    this.riderDeadline = deadline;
+    this.riderTimer = setTimeout(() => {
+      this.riderTimer = undefined;
+      this.ridersDue = true;
+      this.schedule();
+    }, waitMs).unref();
   }
 
   private wanted(): boolean {

@@ -6,6 +6,7 @@
 export class RunSignal {
   private controller: AbortController | undefined;
   private listening = false;
+  private ended = false;
   private aborted = false;
   private reason: unknown;
   private readonly onDrain = () => this.abort(this.drain.reason);
@@ -17,7 +18,7 @@ export class RunSignal {
       this.controller = new AbortController();
       if (this.aborted) this.controller.abort(this.reason);
       else if (this.drain.aborted) this.onDrain();
-      else {
+      else if (!this.ended) {
         this.drain.addEventListener('abort', this.onDrain, { once: true });
         this.listening = true;
       }
@@ -32,8 +33,9 @@ export class RunSignal {
     this.controller?.abort(reason);
   }
 
-  /** The run is over: nothing is kept on the drain signal. */
+  /** The run is over: nothing is kept on the drain signal, nor added later by a late read. */
   done(): void {
+    this.ended = true;
     if (this.listening) this.drain.removeEventListener('abort', this.onDrain);
     this.listening = false;
   }

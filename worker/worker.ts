@@ -188,7 +188,7 @@ class QueueWorker implements Worker {
     this.journal = new AckJournal(this.store, (err) =>
       this.log.warn(
         { err: compactReason(String((err as Error)?.message ?? err)) },
-        'ack journal write failed; will retry',
+        'ack journal write failed (tried again in 1 s; rows PostgreSQL refuses as they are are dropped)',
       ),
     );
     this.shared = this.staticDeps();
@@ -599,7 +599,7 @@ class QueueWorker implements Worker {
     // Closing the channel returns every unacked delivery to the queue.
     await conn?.close().catch(() => undefined);
     this.leases.stop();
-    await this.journal.flush();
+    await this.journal.close();
     await this.store.pool.end().catch(() => undefined);
     await this.health?.close();
     this.log.info('worker stopped');

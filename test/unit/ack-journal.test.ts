@@ -1,6 +1,6 @@
 // The ack journal's writer against a store simulated by promises the test
-// settles: entries ride at the end of the turn, a failed write keeps them, a
-// flush writes at once.
+// settles: entries ride at the end of the turn, one write at a time, a failed
+// write keeps them, a refused one is dropped, close writes at once.
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { AckJournal } from '../../worker/ack-journal.js';
 import type { AckEntry } from '../../worker/claim-store.js';
@@ -11,9 +11,10 @@ interface Write {
   settle: (err?: Error) => void;
 }
 
-function harness() {
+function harness(maxBatch = 500) {
   const writes: Write[] = [];
   const errors: unknown[] = [];
+  let ridersSent = 0;
   const store = {
     journalAcks: (entries: readonly AckEntry[], waitMs = 0) =>
       new Promise<void>((resolve, reject) => {
@@ -23,9 +24,10 @@ function harness() {
           settle: (err) => (err ? reject(err) : resolve()),
         });
       }),
+    sendRiders: () => void ridersSent++,
   };
-  const journal = new AckJournal(store, (err) => errors.push(err), 200, 500);
-  return { journal, writes, errors };
+  const journal = new AckJournal(store, (err) => errors.push(err), 200, maxBatch);
+  return { journal, writes, errors, ridersSent: () => ridersSent };
 }
 
 const entry = (id: string): AckEntry => ({
@@ -37,6 +39,8 @@ const entry = (id: string): AckEntry => ({
   ackedAt: 0,
 });
 const turn = () => new Promise<void>((r) => setImmediate(r));
+/** a PostgreSQL data exception (SQLSTATE class 22): the rows themselves are refused */
+const refused = () => Object.assign(new Error('invalid input syntax'), { code: '22P02' });
 
 describe('AckJournal', () => {
   afterEach(() => {
@@ -51,6 +55,24 @@ describe('AckJournal', () => {
     await turn();
     expect(writes.map((w) => [w.ids, w.waitMs])).toEqual([[['a', 'b'], 200]]);
     writes[0]?.settle();
+  });
+
+  it('one write at a time, each at most maxBatch rows: what piles up meanwhile goes next', async () => {
+    const { journal, writes } = harness(2);
+    journal.note(entry('a'));
+    await turn();
+    for (const id of ['b', 'c', 'd']) journal.note(entry(id));
+    await turn();
+    expect(writes.map((w) => w.ids)).toEqual([['a']]);
+    writes[0]?.settle();
+    await turn();
+    await turn();
+    expect(writes.map((w) => w.ids)).toEqual([['a'], ['b', 'c']]);
+    writes[1]?.settle();
+    await turn();
+    await turn();
+    expect(writes.map((w) => w.ids)).toEqual([['a'], ['b', 'c'], ['d']]);
+    writes[2]?.settle();
   });
 
   it('a failed write keeps its entries, oldest first, and tries again after a pause', async () => {
@@ -73,22 +95,39 @@ describe('AckJournal', () => {
     writes[1]?.settle();
   });
 
-  it('flush writes what is pending at once (no ride) and waits for every write under way', async () => {
+  it('a batch PostgreSQL refuses as it is is dropped and counted, not ridden again with every statement', async () => {
     const { journal, writes } = harness();
+    journal.note(entry('bad'));
+    await turn();
+    journal.note(entry('b'));
+    writes[0]?.settle(refused());
+    await turn();
+    await turn();
+    expect(journal.dropped).toBe(1);
+    expect(writes.map((w) => w.ids)).toEqual([['bad'], ['b']]);
+    writes[1]?.settle();
+  });
+
+  it('close sends what rides now, writes the rest at once, and stops at a failure', async () => {
+    const { journal, writes, ridersSent } = harness();
     journal.note(entry('a'));
     await turn();
     journal.note(entry('b'));
-    let flushed = false;
-    const done = journal.flush().then(() => (flushed = true));
+    let closed = false;
+    const done = journal.close().then(() => (closed = true));
+    expect(ridersSent()).toBe(1);
+    writes[0]?.settle();
+    await turn();
     expect(writes.map((w) => [w.ids, w.waitMs])).toEqual([
       [['a'], 200],
       [['b'], 0],
     ]);
-    writes[1]?.settle();
-    await turn();
-    expect(flushed).toBe(false);
-    writes[0]?.settle();
+    expect(closed).toBe(false);
+    writes[1]?.settle(new Error('connection lost'));
     await done;
-    expect(flushed).toBe(true);
+    // no retry after close: the worker is gone
+    journal.note(entry('c'));
+    await turn();
+    expect(writes).toHaveLength(2);
   });
 });

@@ -161,6 +161,46 @@ describe('GroupCommit', () => {
       await Promise.all([rider, second]);
     });
 
+    it('a rider with a shorter wait than those queued is not held to theirs', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+      const { gc, calls } = harness({ maxInFlight: 1 });
+      const out = Promise.all([gc.submit('slow', 60_000), gc.submit('soon', 10)]);
+      vi.advanceTimersByTime(10);
+      await turn();
+      expect(calls.map((c) => c.items)).toEqual([['slow', 'soon']]);
+      calls[0]?.finish();
+      await out;
+    });
+
+    it('sendRiders sends the riders now (a stop does not wait out their wait)', async () => {
+      const { gc, calls } = harness({ maxInFlight: 1 });
+      const out = gc.submit('j', 60_000);
+      await turn();
+      expect(calls).toEqual([]);
+      gc.sendRiders();
+      await turn();
+      expect(calls.map((c) => c.items)).toEqual([['j']]);
+      calls[0]?.finish();
+      await out;
+    });
+
+    it('riders left out by maxBatch go with the next statement', async () => {
+      const { gc, calls } = harness({ maxBatch: 2, maxInFlight: 1 });
+      const out = Promise.all([gc.submit('a'), gc.submit('b'), gc.submit('j', 60_000)]);
+      await turn();
+      expect(calls.map((c) => c.items)).toEqual([['a', 'b']]);
+      const next = gc.submit('c');
+      calls[0]?.finish();
+      await turn();
+      await turn();
+      expect(calls.map((c) => c.items)).toEqual([
+        ['a', 'b'],
+        ['j', 'c'],
+      ]);
+      calls[1]?.finish();
+      await Promise.all([out, next]);
+    });
+
     it('a rider in a failed statement is rejected with it (its writer keeps it for later)', async () => {
       const { gc, calls } = harness({ maxInFlight: 1 });
       const out = Promise.allSettled([gc.submit('j', 200), gc.submit('a')]);

@@ -63,4 +63,12 @@ describe('RunSignal', () => {
     run.done();
     expect(listeners()).toBe(0);
   });
+
+  it('a signal read after the run ended adds no drain listener (work the handler left behind)', () => {
+    const { drain, listeners } = countedDrain();
+    const run = new RunSignal(drain.signal);
+    run.done();
+    expect(run.signal.aborted).toBe(false);
+    expect(listeners()).toBe(0);
+  });
 });
