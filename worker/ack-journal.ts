@@ -60,12 +60,17 @@ export class AckJournal {
     }
   }
 
+  /** no write in flight, none waiting to be tried again, not stopping */
+  private idle(): boolean {
+    return !this.writing && !this.retry && !this.closed;
+  }
+
   private schedule(): void {
-    if (this.scheduled || this.writing || this.retry || this.closed) return;
+    if (this.scheduled || !this.idle()) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
-      if (!this.writing && !this.retry && !this.closed) this.write(this.rideMs);
+      if (this.idle()) this.write(this.rideMs);
     });
   }
 

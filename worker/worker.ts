@@ -188,7 +188,7 @@ class QueueWorker implements Worker {
     this.journal = new AckJournal(this.store, (err) =>
       this.log.warn(
         { err: compactReason(String((err as Error)?.message ?? err)) },
-        'ack journal write failed (tried again in 1 s; rows PostgreSQL refuses as they are are dropped)',
+        'ack journal write failed (tried again in 1 s; a batch PostgreSQL refuses is dropped)',
       ),
     );
     this.shared = this.staticDeps();
