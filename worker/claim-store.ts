@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import type pg from 'pg';
 import { LOCK_ID, MIGRATIONS, SQL } from './claims-sql.js';
 import { GroupCommit, type GroupCommitOptions } from './group-commit.js';
+import { numberArray, textArray } from './pg-arrays.js';
 import { storableJson } from './storable.js';
 import { isMessageDataError } from './store-errors.js';
 
@@ -69,12 +70,12 @@ interface ClaimRow {
 
 /** The journal's parallel arrays: delivery id, job id, key, outcome, attempt, acked-at (ms). */
 const journalColumns = (entries: readonly AckEntry[]) => [
-  entries.map((e) => e.deliveryId),
-  entries.map((e) => e.jobId),
-  entries.map((e) => e.key),
-  entries.map((e) => e.outcome),
-  entries.map((e) => e.attempt),
-  entries.map((e) => e.ackedAt),
+  textArray(entries.map((e) => e.deliveryId)),
+  textArray(entries.map((e) => e.jobId)),
+  textArray(entries.map((e) => e.key)),
+  textArray(entries.map((e) => e.outcome)),
+  numberArray(entries.map((e) => e.attempt)),
+  numberArray(entries.map((e) => e.ackedAt)),
 ];
 
 export function poolConfig(url: string, caFile?: string): pg.PoolConfig {
@@ -204,14 +205,14 @@ export class ClaimStore {
     claims.sort(byKey);
     completions.sort(byKey);
     const records = [
-      claims.map((r) => r.key),
-      claims.map((r) => r.owner),
-      claims.map((r) => r.jobId),
-      claims.map((r) => r.type),
+      textArray(claims.map((r) => r.key)),
+      textArray(claims.map((r) => r.owner)),
+      textArray(claims.map((r) => r.jobId)),
+      textArray(claims.map((r) => r.type)),
       claims[0]?.leaseSeconds ?? 60,
-      completions.map((c) => c.key),
-      completions.map((c) => c.owner),
-      completions.map((c) => c.result),
+      textArray(completions.map((c) => c.key)),
+      textArray(completions.map((c) => c.owner)),
+      textArray(completions.map((c) => c.result)),
     ];
     const query =
       acks.length === 0
@@ -301,7 +302,11 @@ export class ClaimStore {
   ): Promise<Set<string>> {
     if (claims.length === 0) return new Set();
     const { rows } = await this.pool.query<{ key: string }>(
-      named('renewBatch', [claims.map((c) => c.key), claims.map((c) => c.owner), leaseSeconds]),
+      named('renewBatch', [
+        textArray(claims.map((c) => c.key)),
+        textArray(claims.map((c) => c.owner)),
+        leaseSeconds,
+      ]),
     );
     return new Set(rows.map((r) => r.key));
   }

@@ -72,7 +72,7 @@ export interface DeliveryDeps {
   /** publishes with a publisher confirm; rejects when the broker refuses or the channel dies */
   publish(queue: string, content: Buffer, props: Partial<MessageProperties>): Promise<void>;
   /** acks; `journal` (for acks that needed a durable record) goes to the ack journal */
-  ack(msg: ConsumeMessage, journal?: Omit<AckEntry, 'ackedAt'>): void;
+  ack(msg: ConsumeMessage, journal?: AckEntry): void;
   /** returns the delivery to the broker unacked (requeue) */
   requeue(msg: ConsumeMessage): void;
   /** the claim store failed: stop consuming until it answers again */
@@ -126,8 +126,10 @@ function journal(
   env: Envelope,
   outcome: AckEntry['outcome'],
   attempt: number,
-): Omit<AckEntry, 'ackedAt'> {
-  return { deliveryId: deliveryIdOf(msg, env), jobId: env.id, key: env.key, outcome, attempt };
+  d: DeliveryDeps,
+): AckEntry {
+  const deliveryId = deliveryIdOf(msg, env);
+  return { deliveryId, jobId: env.id, key: env.key, outcome, attempt, ackedAt: d.now() };
 }
 
 /** Thrown when a durable record cannot be written: the delivery goes back unacked. */
@@ -221,7 +223,7 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResul
       // The same operation already reached its end: one business effect.
       d.metrics.jobs.inc({ type: env.type, outcome: 'duplicate' });
       d.fault('before-ack');
-      d.ack(msg, journal(msg, env, 'duplicate', claim.attempts));
+      d.ack(msg, journal(msg, env, 'duplicate', claim.attempts, d));
       return 'duplicate';
     case 'held':
       d.metrics.claimConflicts.inc();
@@ -279,18 +281,7 @@ async function run(
   const abort = new RunSignal(d.drainSignal);
   // Transactional mode holds the claim row's lock instead (see below).
   if (d.mode === 'external') d.leases.hold(env.key, owner, abort);
-  let log: Logger | undefined;
-  const ctx: HandlerContext = {
-    key: env.key,
-    attempt,
-    get signal() {
-      return abort.signal;
-    },
-    // a child logger only for handlers that log
-    get log() {
-      return (log ??= d.log.child({ type: env.type, jobId: env.id, attempt }));
-    },
-  };
+  const ctx = new RunContext(env, attempt, abort, d.log);
   const job: Job = { ...env, attempt, throttled: claim.throttled };
   const started = d.now();
   d.metrics.inflight.inc();
@@ -298,14 +289,15 @@ async function run(
   // A checked-out client whose backend dies emits 'error' between queries;
   // unheard, that event would crash the process. The next query fails anyway.
   let txBroken: Error | undefined;
-  const onTxError = (err: Error) => {
-    txBroken = err;
-  };
+  let onTxError: ((err: Error) => void) | undefined;
   try {
     let result: unknown;
     let recorded: boolean;
     if (d.mode === 'transactional') {
       tx = await d.store.pool.connect();
+      onTxError = (err) => {
+        txBroken = err;
+      };
       tx.on('error', onTxError);
       await tx.query('begin');
       // Renewing inside the transaction takes the claim row's lock: no
@@ -334,7 +326,7 @@ async function run(
     d.fault('after-record');
     d.metrics.jobs.inc({ type: env.type, outcome: 'completed' });
     d.fault('before-ack');
-    d.ack(msg, journal(msg, env, 'completed', attempt));
+    d.ack(msg, journal(msg, env, 'completed', attempt, d));
     return 'completed';
   } catch (err) {
     d.metrics.handlerDuration.observe({ type: env.type }, (d.now() - started) / 1000);
@@ -356,8 +348,41 @@ async function run(
     if (d.mode === 'external') d.leases.release(env.key, owner);
     abort.done();
     d.metrics.inflight.dec();
-    tx?.off('error', onTxError);
+    if (onTxError) tx?.off('error', onTxError);
     tx?.release(txBroken); // a broken connection is destroyed, not pooled
+  }
+}
+
+/**
+ * The handler's context. A class, not an object literal with getters: the
+ * getters live on the prototype, so a job that reads neither the signal nor
+ * the logger costs one small object, not two closures besides.
+ */
+class RunContext implements HandlerContext {
+  readonly key: string;
+  tx?: pg.PoolClient;
+  private childLog: Logger | undefined;
+
+  constructor(
+    private readonly env: Envelope,
+    readonly attempt: number,
+    private readonly run: RunSignal,
+    private readonly parentLog: Logger,
+  ) {
+    this.key = env.key;
+  }
+
+  get signal(): AbortSignal {
+    return this.run.signal;
+  }
+
+  /** a child logger only for handlers that log */
+  get log(): Logger {
+    return (this.childLog ??= this.parentLog.child({
+      type: this.env.type,
+      jobId: this.env.id,
+      attempt: this.attempt,
+    }));
   }
 }
 
@@ -466,7 +491,7 @@ async function failed(
     [HEADERS.lastError]: message,
   });
   d.fault('before-ack');
-  d.ack(msg, journal(msg, env, 'retried', spent));
+  d.ack(msg, journal(msg, env, 'retried', spent, d));
   return 'retried';
 }
 
@@ -646,6 +671,7 @@ async function deadLetter(
     key: env.key ?? null,
     outcome: 'dead_lettered',
     attempt: x.attempts,
+    ackedAt: d.now(),
   });
   return 'dead_lettered';
 }

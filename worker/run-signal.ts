@@ -5,11 +5,11 @@
 
 export class RunSignal {
   private controller: AbortController | undefined;
-  private listening = false;
   private ended = false;
   private aborted = false;
   private reason: unknown;
-  private readonly onDrain = () => this.abort(this.drain.reason);
+  /** the drain listener, made with the controller: a run that never reads the signal has neither */
+  private onDrain: (() => void) | undefined;
 
   constructor(private readonly drain: AbortSignal) {}
 
@@ -17,10 +17,10 @@ export class RunSignal {
     if (!this.controller) {
       this.controller = new AbortController();
       if (this.aborted) this.controller.abort(this.reason);
-      else if (this.drain.aborted) this.onDrain();
+      else if (this.drain.aborted) this.abort(this.drain.reason);
       else if (!this.ended) {
+        this.onDrain = () => this.abort(this.drain.reason);
         this.drain.addEventListener('abort', this.onDrain, { once: true });
-        this.listening = true;
       }
     }
     return this.controller.signal;
@@ -36,7 +36,7 @@ export class RunSignal {
   /** The run is over: nothing is kept on the drain signal, nor added later by a late read. */
   done(): void {
     this.ended = true;
-    if (this.listening) this.drain.removeEventListener('abort', this.onDrain);
-    this.listening = false;
+    if (this.onDrain) this.drain.removeEventListener('abort', this.onDrain);
+    this.onDrain = undefined;
   }
 }

@@ -494,7 +494,7 @@ class QueueWorker implements Worker {
       publish: (queue, content, props) => sendConfirmed(ch, queue, content, props),
       ack: (msg, journal) => {
         acks.ack(msg.fields.deliveryTag);
-        if (journal) this.journal.note({ ...journal, ackedAt: this.now() });
+        if (journal) this.journal.note(journal);
       },
       requeue: (msg) => {
         acks.settledElsewhere(msg.fields.deliveryTag);

@@ -9,7 +9,12 @@ import {
   parseSchemaVersions,
   renderKey,
 } from '../../worker/contract.js';
-import { compactReason, decodeDelivery } from '../../worker/envelope.js';
+import {
+  compactReason,
+  decodeDelivery,
+  envelopeSchema,
+  parseEnvelope,
+} from '../../worker/envelope.js';
 import { parseRetryAfter, Throttled } from '../../worker/errors.js';
 import { isStorableText, storable, storableJson } from '../../worker/storable.js';
 import { isConnectionError, isMessageDataError, isStoreError } from '../../worker/store-errors.js';
@@ -239,6 +244,33 @@ describe('decodeDelivery', () => {
     }
     // a valid multi-byte character still decodes
     expect(decodeDelivery(env({ key: 'o:1', id: 'jé🚚' }), opts).ok).toBe(true);
+  });
+
+  // Valid envelopes are checked without zod; the result must be zod's, edge by edge.
+  it.each([
+    ['as sent', {}],
+    ['extra fields (dropped)', { pad: 1, keyRule: 'o:{id}' }],
+    ['payload null', { payload: null }],
+    ['no payload', { payload: undefined }],
+    ['an offset', { createdAt: '2026-11-29T12:00:00+05:30' }],
+    ['no seconds', { createdAt: '2026-11-29T12:00Z' }],
+    ['no offset', { createdAt: '2026-11-29T12:00:00' }],
+    ['29 February of a leap year', { createdAt: '2028-02-29T00:00:00Z' }],
+    ['29 February of another year', { createdAt: '2026-02-29T00:00:00Z' }],
+    ['the longest id', { id: 'j'.repeat(200) }],
+    ['an id too long', { id: 'j'.repeat(201) }],
+    ['an empty type', { type: '' }],
+    ['the largest schemaVersion', { schemaVersion: 2 ** 31 - 1 }],
+    ['schemaVersion 0', { schemaVersion: 0 }],
+    ['schemaVersion as text', { schemaVersion: '1' }],
+    ['a key as a number', { key: 1 }],
+    ['astral characters', { id: 'j🚚', key: 'o:é' }],
+  ])('%s: parsed as zod parses it', (_name, o) => {
+    const json: unknown = JSON.parse(env(o).toString());
+    const zod = envelopeSchema.safeParse(json);
+    const ours = parseEnvelope(json);
+    expect(ours.success).toBe(zod.success);
+    if (zod.success && ours.success) expect(ours.data).toEqual(zod.data);
   });
 
   it('keeps what it can of an invalid envelope for the dead-letter record', () => {
