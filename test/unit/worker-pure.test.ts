@@ -1,5 +1,6 @@
 // Pure worker logic, by tables: backoff, delay tiers, Retry-After, the key
 // rule, envelope decoding, config validation and reason compaction.
+import pgUtils from 'pg/lib/utils.js';
 import { describe, expect, it } from 'vitest';
 import { delayTiersMs, retryDelayMs, tierFor } from '../../worker/backoff.js';
 import { ConfigError, loadConfig } from '../../worker/config.js';
@@ -16,6 +17,7 @@ import {
   parseEnvelope,
 } from '../../worker/envelope.js';
 import { parseRetryAfter, Throttled } from '../../worker/errors.js';
+import { numberArray, textArray } from '../../worker/pg-arrays.js';
 import { isStorableText, storable, storableJson } from '../../worker/storable.js';
 import { isConnectionError, isMessageDataError, isStoreError } from '../../worker/store-errors.js';
 import { topology } from '../../worker/topology.js';
@@ -280,6 +282,17 @@ describe('decodeDelivery', () => {
       expect(d.reason).toMatch(/createdAt/);
       expect(d.partial).toEqual({ id: 'j1', key: 'o:1', type: 'ship', schemaVersion: 1 });
     }
+  });
+});
+
+describe('array parameters', () => {
+  // The literal pg itself would send for the same array, so PostgreSQL reads the same values.
+  it("match pg's own encoding, quotes, backslashes and NULLs included", () => {
+    const values = ['o:1', 'a"b', 'c\\d', '\\"', '', 'NULL', '{x,y}', 'é 🚚', null];
+    expect(textArray(values)).toBe(pgUtils.prepareValue(values));
+    expect(textArray([])).toBe(pgUtils.prepareValue([]));
+    // pg quotes numbers too; PostgreSQL reads {1} and {"1"} alike
+    expect(numberArray([1, 2, 1764633600123.5])).toBe('{1,2,1764633600123.5}');
   });
 });
 
