@@ -15,6 +15,10 @@ function quote(s: string): string {
 /** A text (or uuid, jsonb) array literal; null elements are SQL NULL. */
 export function textArray(values: ReadonlyArray<string | null>): string {
   if (values.length === 0) return '{}';
+  // Keys, tokens and JSON results rarely hold a quote or a backslash: then
+  // one join makes the literal, with no string per element.
+  if (values.every((v) => v !== null && v !== undefined && !NEEDS_ESCAPE.test(v)))
+    return `{"${values.join('","')}"}`;
   const parts = new Array<string>(values.length);
   for (let i = 0; i < values.length; i++) {
     const v = values[i];

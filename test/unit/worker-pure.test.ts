@@ -291,6 +291,8 @@ describe('array parameters', () => {
     const values = ['o:1', 'a"b', 'c\\d', '\\"', '', 'NULL', '{x,y}', 'é 🚚', null];
     expect(textArray(values)).toBe(pgUtils.prepareValue(values));
     expect(textArray([])).toBe(pgUtils.prepareValue([]));
+    const plain = ['o:1', 'é 🚚', '', '{x,y}', 'NULL'];
+    expect(textArray(plain)).toBe(pgUtils.prepareValue(plain));
     // pg quotes numbers too; PostgreSQL reads {1} and {"1"} alike
     expect(numberArray([1, 2, 1764633600123.5])).toBe('{1,2,1764633600123.5}');
   });
