@@ -361,26 +361,33 @@ async function run(
 class RunContext implements HandlerContext {
   readonly key: string;
   tx?: pg.PoolClient;
-  private childLog: Logger | undefined;
+  // #private: not own enumerable properties, so a handler that logs or spreads ctx sees only its fields
+  readonly #env: Envelope;
+  readonly #run: RunSignal;
+  readonly #parentLog: Logger;
+  #log: Logger | undefined;
 
   constructor(
-    private readonly env: Envelope,
+    env: Envelope,
     readonly attempt: number,
-    private readonly run: RunSignal,
-    private readonly parentLog: Logger,
+    run: RunSignal,
+    parentLog: Logger,
   ) {
     this.key = env.key;
+    this.#env = env;
+    this.#run = run;
+    this.#parentLog = parentLog;
   }
 
   get signal(): AbortSignal {
-    return this.run.signal;
+    return this.#run.signal;
   }
 
   /** a child logger only for handlers that log */
   get log(): Logger {
-    return (this.childLog ??= this.parentLog.child({
-      type: this.env.type,
-      jobId: this.env.id,
+    return (this.#log ??= this.#parentLog.child({
+      type: this.#env.type,
+      jobId: this.#env.id,
       attempt: this.attempt,
     }));
   }
