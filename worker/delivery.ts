@@ -281,7 +281,19 @@ async function run(
   const abort = new RunSignal(d.drainSignal);
   // Transactional mode holds the claim row's lock instead (see below).
   if (d.mode === 'external') d.leases.hold(env.key, owner, abort);
-  const ctx = new RunContext(env, attempt, abort, d.log);
+  let log: Logger | undefined;
+  // Own getters, as handlers have always had them: a copy ({ ...ctx }) carries signal and log.
+  const ctx: HandlerContext = {
+    key: env.key,
+    attempt,
+    get signal() {
+      return abort.signal;
+    },
+    // a child logger only for handlers that log
+    get log() {
+      return (log ??= d.log.child({ type: env.type, jobId: env.id, attempt }));
+    },
+  };
   const job: Job = { ...env, attempt, throttled: claim.throttled };
   const started = d.now();
   d.metrics.inflight.inc();
@@ -350,46 +362,6 @@ async function run(
     d.metrics.inflight.dec();
     if (onTxError) tx?.off('error', onTxError);
     tx?.release(txBroken); // a broken connection is destroyed, not pooled
-  }
-}
-
-/**
- * The handler's context. A class, not an object literal with getters: the
- * getters live on the prototype, so a job that reads neither the signal nor
- * the logger costs one small object, not two closures besides.
- */
-class RunContext implements HandlerContext {
-  readonly key: string;
-  tx?: pg.PoolClient;
-  // #private: not own enumerable properties, so a handler that logs or spreads ctx sees only its fields
-  readonly #env: Envelope;
-  readonly #run: RunSignal;
-  readonly #parentLog: Logger;
-  #log: Logger | undefined;
-
-  constructor(
-    env: Envelope,
-    readonly attempt: number,
-    run: RunSignal,
-    parentLog: Logger,
-  ) {
-    this.key = env.key;
-    this.#env = env;
-    this.#run = run;
-    this.#parentLog = parentLog;
-  }
-
-  get signal(): AbortSignal {
-    return this.#run.signal;
-  }
-
-  /** a child logger only for handlers that log */
-  get log(): Logger {
-    return (this.#log ??= this.#parentLog.child({
-      type: this.#env.type,
-      jobId: this.#env.id,
-      attempt: this.attempt,
-    }));
   }
 }
 

@@ -60,8 +60,8 @@ export function parseEnvelope(json: unknown) {
   return plain ? { success: true as const, data: plain } : envelopeSchema.safeParse(json);
 }
 
-function plainEnvelope(json: unknown): Envelope | undefined {
-  if (json === null || typeof json !== 'object') return undefined;
+export function plainEnvelope(json: unknown): Envelope | undefined {
+  if (json === null || typeof json !== 'object' || Array.isArray(json)) return undefined;
   const o = json as Record<string, unknown>;
   const { id, key, type, schemaVersion, createdAt } = o;
   if (!plainText(id, 200) || !plainText(key, 512) || !plainText(type, 200)) return undefined;
