@@ -55,10 +55,11 @@ async function scratch(work: string, name: string, tarballs: string[]): Promise<
     path.join(dir, 'package.json'),
     JSON.stringify({ name, private: true, type: 'module' }),
   );
-  // A registry request can stall past npm's own fetch-timeout and retries
-  // (three fresh-clone runs of the suite lost both installs to one, killed at
-  // 240 s, while the same install takes 5–30 s): each attempt gets 120 s, and
-  // a stalled one is killed and run again, keeping what it put in the cache.
+  // A registry request can stall past npm's own fetch-timeout and retries:
+  // each attempt gets 120 s, and a stalled one is killed and run again,
+  // keeping what it put in the cache. --loglevel=http puts each fetch and its
+  // failure in stderr, so a failure says why (one that looked like a stall was
+  // a TLS proxy's CA missing from the environment: SELF_SIGNED_CERT_IN_CHAIN).
   const attempts: string[] = [];
   for (let attempt = 1; attempt <= 3; attempt++) {
     const r = await run(
@@ -70,6 +71,7 @@ async function scratch(work: string, name: string, tarballs: string[]): Promise<
         '--no-fund',
         '--fetch-timeout=20000',
         '--fetch-retries=5',
+        '--loglevel=http',
         ...tarballs,
       ],
       dir,
