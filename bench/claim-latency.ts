@@ -59,13 +59,21 @@ async function namedVsUnnamed(
           while (i < n) {
             const key = `${named}:${i++}`;
             const owner = crypto.randomUUID();
-            const q = (name: 'claimAndComplete' | 'complete', values: unknown[]) =>
+            const q = (name: 'commit' | 'complete', values: unknown[]) =>
               pool.query(
                 named
                   ? { name: `bench_${name}`, text: SQL[name], values }
                   : { text: SQL[name], values },
               );
-            await q('claimAndComplete', [[key], [owner], ['j'], ['t'], 60, [], [], []]);
+            // one claim; no completions, no journal rows
+            await q('commit', [
+              [key],
+              [owner],
+              ['j'],
+              ['t'],
+              60,
+              ...Array.from({ length: 9 }, () => []),
+            ]);
             await q('complete', [key, owner, 'null']);
           }
         }),

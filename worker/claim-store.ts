@@ -68,6 +68,9 @@ interface ClaimRow {
   first_seen_at: Date;
 }
 
+/** A row of the group-commit statement's answer; `key` is null on the 'now' row. */
+type CommitRow = ClaimRow & { key: string };
+
 /** The journal's parallel arrays: delivery id, job id, key, outcome, attempt, acked-at (ms). */
 const journalColumns = (entries: readonly AckEntry[]) => [
   textArray(entries.map((e) => e.deliveryId)),
@@ -204,7 +207,7 @@ export class ClaimStore {
       a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
     claims.sort(byKey);
     completions.sort(byKey);
-    const records = [
+    const columns = () => [
       textArray(claims.map((r) => r.key)),
       textArray(claims.map((r) => r.owner)),
       textArray(claims.map((r) => r.jobId)),
@@ -213,36 +216,50 @@ export class ClaimStore {
       textArray(completions.map((c) => c.key)),
       textArray(completions.map((c) => c.owner)),
       textArray(completions.map((c) => c.result)),
+      ...journalColumns(acks),
     ];
+    // Journal rows alone (riders whose wait is over) need no claims function.
     const query =
-      acks.length === 0
-        ? named('claimAndComplete', records)
-        : claims.length + completions.length === 0
-          ? named('journalAcks', journalColumns(acks))
-          : named('groupCommit', [...records, ...journalColumns(acks)]);
-    let rows: Array<ClaimRow & { key: string }>;
+      claims.length + completions.length === 0
+        ? named('journalAcks', journalColumns(acks))
+        : named('commit', columns());
+    let rows: CommitRow[];
     for (let tries = 1; ; tries++) {
       try {
-        ({ rows } = await this.pool.query<ClaimRow & { key: string }>(query));
+        ({ rows } = await this.pool.query<CommitRow>(query));
         break;
       } catch (err) {
         if (!isRetryable(err) || tries >= 3) throw err;
       }
     }
-    const recorded = new Set<string>();
+    // The answer names only the exceptions (migration 8): a key it does not
+    // name was claimed new, or its completion recorded.
+    let now: Date | undefined;
+    const fenced = new Set<string>();
     const claimRows = new Map<string, ClaimRow>();
     for (const r of rows) {
-      if (r.outcome === 'recorded') recorded.add(r.key);
+      if (r.outcome === 'now') now = r.first_seen_at;
+      else if (r.outcome === 'fenced') fenced.add(r.key);
       else claimRows.set(r.key, r);
     }
     // answered at once but for the rare key whose row needs a second read
     let reads = false;
     const out = ops.map((op): OpResult | Promise<OpResult> => {
-      if (!('claim' in op)) return 'complete' in op ? recorded.has(op.complete.key) : true;
-      const row = claimRows.get(op.claim.key);
-      if (row) return outcomeOf(op.claim.owner, row);
+      if (!('claim' in op)) return 'complete' in op ? !fenced.has(op.complete.key) : true;
+      const { owner, key } = op.claim;
+      const row = claimRows.get(key);
+      if (!row)
+        return {
+          outcome: 'new',
+          owner,
+          attempts: 1,
+          throttled: 0,
+          lastError: null,
+          firstSeenAt: now as Date,
+        };
+      if (row.outcome !== 'unseen') return outcomeOf(owner, row);
       reads = true;
-      return this.peekHeld(op.claim.key);
+      return this.peekHeld(key);
     });
     return reads ? Promise.all(out.map((o) => Promise.resolve(o))) : (out as OpResult[]);
   }

@@ -301,7 +301,9 @@ class QueueWorker implements Worker {
       let conn: ChannelModel | undefined;
       try {
         const ca = this.config.tlsCaFile ? [readFileSync(this.config.tlsCaFile)] : undefined;
-        conn = await amqp.connect(this.config.brokerUrl, ca ? { ca } : {});
+        // No Nagle: an ack is a small frame on the way to the next delivery,
+        // and must not wait behind an unacknowledged segment.
+        conn = await amqp.connect(this.config.brokerUrl, { noDelay: true, ...(ca ? { ca } : {}) });
         if (this.retrying.signal.aborted) {
           await conn.close().catch(() => undefined); // stopped while connecting
           return;

@@ -43,6 +43,68 @@ describe('group commit in the claim store', () => {
     expect(out.map((o) => o.outcome)).toEqual(['new', 'new', 'completed', 'new']);
   });
 
+  it("a claim the answer does not name is new, with its row's own values; retries and takeovers carry theirs", async () => {
+    await pool.query(
+      `insert into jobfleet_claims (key, state, attempts, throttled, last_error, first_seen_at)
+       values ('again', 'released', 2, 1, 'boom', '2026-01-01T00:00:00Z')`,
+    );
+    await pool.query(
+      `insert into jobfleet_claims (key, state, owner, lease_until, attempts, first_seen_at)
+       values ('stale', 'running', gen_random_uuid(), now() - interval '1 s', 1, '2026-01-02T00:00:00Z')`,
+    );
+    const [fresh, again, stale] = await claimAll(['fresh', 'again', 'stale']);
+    const { rows } = await pool.query<{ key: string; owner: string; first_seen_at: Date }>(
+      'select key, owner, first_seen_at from jobfleet_claims order by key',
+    );
+    const row = (k: string) => rows.find((r) => r.key === k);
+    expect(fresh).toEqual({
+      outcome: 'new',
+      owner: row('fresh')?.owner,
+      attempts: 1,
+      throttled: 0,
+      lastError: null,
+      firstSeenAt: row('fresh')?.first_seen_at,
+    });
+    expect(again).toEqual({
+      outcome: 'retry',
+      owner: row('again')?.owner,
+      attempts: 3,
+      throttled: 1,
+      lastError: 'boom',
+      firstSeenAt: new Date('2026-01-01T00:00:00Z'),
+    });
+    expect(stale).toMatchObject({ outcome: 'takeover', owner: row('stale')?.owner, attempts: 2 });
+  });
+
+  it('a key inserted by a concurrent claim after the statement began reads as held until its lease ends', async () => {
+    // Another worker's claim of 'race' is in an open transaction: ours blocks
+    // on it, and once it commits ours cannot claim the key, while its own
+    // snapshot, taken before that commit, does not show the row.
+    const other = await pool.connect();
+    try {
+      await other.query('begin');
+      await other.query(
+        `insert into jobfleet_claims (key, state, owner, lease_until, attempts)
+         values ('race', 'running', gen_random_uuid(), now() + interval '30 s', 1)`,
+      );
+      const claimed = store.claim('race', 30, 'j-race', 't');
+      await eventually('our claim waiting for the other transaction', async () => {
+        const { rows } = await pool.query<{ n: number }>(
+          `select count(*)::int as n from pg_stat_activity
+           where datname = current_database() and wait_event_type = 'Lock'`,
+        );
+        return rows[0]?.n === 1 ? true : undefined;
+      });
+      await other.query('commit');
+      const { rows } = await pool.query<{ lease_until: Date }>(
+        `select lease_until from jobfleet_claims where key = 'race'`,
+      );
+      expect(await claimed).toEqual({ outcome: 'held', until: rows[0]?.lease_until, attempts: 1 });
+    } finally {
+      other.release();
+    }
+  });
+
   it('the same key twice in a batch: the second waits for the next statement and finds it held', async () => {
     const out = await claimAll(['k', 'k']);
     expect(out.map((o) => o.outcome)).toEqual(['new', 'held']);
