@@ -286,10 +286,9 @@ alter table jobfleet_acks drop column id;
 -- claim that is not new (retry, takeover) and one per key it did not claim
 -- (completed, dead_lettered, not_due, held; 'unseen' when a concurrent
 -- insert hid the row from this statement's snapshot). A batch of 20 claims
--- and 20 completions answered 41 rows; now it answers 1, and the worker
--- parses none of the others (measured: bench/RESULTS.md, worker
--- throughput). The earlier functions stay for workers of earlier versions
--- during a rollout.
+-- and 20 completions answered 40 rows, each parsed by the worker into an
+-- object with a timestamp; now it answers 1. The earlier functions stay for
+-- workers of earlier versions during a rollout.
 create function jobfleet_commit(
   text[], uuid[], text[], text[], float8, text[], uuid[], jsonb[],
   text[], text[], text[], text[], integer[], float8[]
