@@ -68,8 +68,8 @@ interface ClaimRow {
   first_seen_at: Date;
 }
 
-/** A row of the group-commit statement's answer; `key` is null on the 'now' row. */
-type CommitRow = ClaimRow & { key: string };
+/** A row of the group-commit statement's answer; `key` is null on the 'now' row only. */
+type CommitRow = ClaimRow & { key: string | null };
 
 /** The journal's parallel arrays: delivery id, job id, key, outcome, attempt, acked-at (ms). */
 const journalColumns = (entries: readonly AckEntry[]) => [
@@ -239,8 +239,8 @@ export class ClaimStore {
     const claimRows = new Map<string, ClaimRow>();
     for (const r of rows) {
       if (r.outcome === 'now') now = r.first_seen_at;
-      else if (r.outcome === 'fenced') fenced.add(r.key);
-      else claimRows.set(r.key, r);
+      else if (r.outcome === 'fenced') fenced.add(r.key as string);
+      else claimRows.set(r.key as string, r);
     }
     // answered at once but for the rare key whose row needs a second read
     let reads = false;

@@ -1,10 +1,12 @@
 // Group commit on real PostgreSQL and RabbitMQ: concurrent claims and
 // completions go as one statement each, and every delivery still gets its
-// own outcome — the same key twice in a batch, one row fenced out among
-// others, the store failing mid-batch, a value one message's own that the
-// store refuses, and a worker killed between a batch's commit and its acks.
+// own outcome — claims the answer leaves out (new ones), a key a concurrent
+// claim inserted, two workers racing for the same fresh keys, the same key
+// twice in a batch, one row fenced out among others, the store failing
+// mid-batch, a value one message's own that the store refuses, and a worker
+// killed between a batch's commit and its acks.
 import pg from 'pg';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ClaimStore } from '../../worker/claim-store.js';
 import { spawnEffectWorker, type WorkerProcess } from '../fixtures/spawn-effect-worker.js';
 import { eventually } from '../ground/eventually.js';
@@ -81,27 +83,65 @@ describe('group commit in the claim store', () => {
     // on it, and once it commits ours cannot claim the key, while its own
     // snapshot, taken before that commit, does not show the row.
     const other = await pool.connect();
+    let open = false;
     try {
       await other.query('begin');
+      open = true;
       await other.query(
         `insert into jobfleet_claims (key, state, owner, lease_until, attempts)
          values ('race', 'running', gen_random_uuid(), now() + interval '30 s', 1)`,
       );
+      const { rows: me } = await other.query<{ pid: number }>('select pg_backend_pid() as pid');
+      const query = vi.spyOn(pool, 'query');
       const claimed = store.claim('race', 30, 'j-race', 't');
       await eventually('our claim waiting for the other transaction', async () => {
         const { rows } = await pool.query<{ n: number }>(
-          `select count(*)::int as n from pg_stat_activity
-           where datname = current_database() and wait_event_type = 'Lock'`,
+          'select count(*)::int as n from pg_stat_activity where $1 = any(pg_blocking_pids(pid))',
+          [me[0]?.pid],
         );
         return rows[0]?.n === 1 ? true : undefined;
       });
       await other.query('commit');
+      open = false;
       const { rows } = await pool.query<{ lease_until: Date }>(
         `select lease_until from jobfleet_claims where key = 'race'`,
       );
       expect(await claimed).toEqual({ outcome: 'held', until: rows[0]?.lease_until, attempts: 1 });
+      // the answer named it 'unseen', and the second read said until when
+      const names = query.mock.calls.map(([q]) => (q as { name?: string }).name);
+      expect(names).toContain('jobfleet_peek');
+      query.mockRestore();
     } finally {
+      if (open) await other.query('rollback').catch(() => undefined);
       other.release();
+    }
+  });
+
+  it('two workers claiming the same fresh keys at once: each key is new to exactly one of them', async () => {
+    const otherPool = new pg.Pool({ connectionString: h.db.url, max: 4 });
+    try {
+      const otherStore = new ClaimStore(otherPool);
+      await Promise.all([store.ping(), otherStore.ping()]); // both connected: the statements overlap
+      for (let round = 0; round < 10; round++) {
+        const keys = Array.from({ length: 100 }, (_, i) => `both-${round}-${i}`);
+        const [mine, theirs] = await Promise.all([
+          Promise.all(keys.map((k) => store.claim(k, 30, `j-${k}`, 't'))),
+          Promise.all(keys.map((k) => otherStore.claim(k, 30, `j-${k}`, 't'))),
+        ]);
+        const { rows } = await pool.query<{ key: string; owner: string }>(
+          'select key, owner from jobfleet_claims where key = any($1)',
+          [keys],
+        );
+        const owner = new Map(rows.map((r) => [r.key, r.owner]));
+        keys.forEach((k, i) => {
+          const won = [mine[i], theirs[i]].filter((o) => o?.outcome === 'new');
+          expect(won, k).toHaveLength(1);
+          // the owner it was told is the row's owner
+          expect(won[0] && 'owner' in won[0] ? won[0].owner : undefined).toBe(owner.get(k));
+        });
+      }
+    } finally {
+      await otherPool.end();
     }
   });
 
