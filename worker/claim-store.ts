@@ -81,6 +81,23 @@ const journalColumns = (entries: readonly AckEntry[]) => [
   numberArray(entries.map((e) => e.ackedAt)),
 ];
 
+/** jobfleet_commit's parameters $1..$14: claims, the lease, completions, then the journal's columns. */
+const commitColumns = (
+  claims: readonly ClaimRequest[],
+  completions: readonly Completion[],
+  acks: readonly AckEntry[],
+) => [
+  textArray(claims.map((r) => r.key)),
+  textArray(claims.map((r) => r.owner)),
+  textArray(claims.map((r) => r.jobId)),
+  textArray(claims.map((r) => r.type)),
+  claims[0]?.leaseSeconds ?? 60,
+  textArray(completions.map((c) => c.key)),
+  textArray(completions.map((c) => c.owner)),
+  textArray(completions.map((c) => c.result)),
+  ...journalColumns(acks),
+];
+
 export function poolConfig(url: string, caFile?: string): pg.PoolConfig {
   const config: pg.PoolConfig = { connectionString: url, max: 10, connectionTimeoutMillis: 5000 };
   // A mounted CA bundle for sslmode=verify-*; the URL's own sslrootcert also works.
@@ -207,22 +224,11 @@ export class ClaimStore {
       a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
     claims.sort(byKey);
     completions.sort(byKey);
-    const columns = () => [
-      textArray(claims.map((r) => r.key)),
-      textArray(claims.map((r) => r.owner)),
-      textArray(claims.map((r) => r.jobId)),
-      textArray(claims.map((r) => r.type)),
-      claims[0]?.leaseSeconds ?? 60,
-      textArray(completions.map((c) => c.key)),
-      textArray(completions.map((c) => c.owner)),
-      textArray(completions.map((c) => c.result)),
-      ...journalColumns(acks),
-    ];
     // Journal rows alone (riders whose wait is over) need no claims function.
     const query =
       claims.length + completions.length === 0
         ? named('journalAcks', journalColumns(acks))
-        : named('commit', columns());
+        : named('commit', commitColumns(claims, completions, acks));
     let rows: CommitRow[];
     for (let tries = 1; ; tries++) {
       try {
