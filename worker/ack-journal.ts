@@ -19,12 +19,12 @@ export class AckJournal {
   /** set while waiting to try again after a failed write */
   private retry: NodeJS.Timeout | undefined;
   private closed = false;
-  /** entries given up: past MAX_PENDING, or refused by PostgreSQL as they are */
-  dropped = 0;
 
   constructor(
     private readonly store: Pick<ClaimStore, 'journalAcks' | 'sendRiders'>,
     private readonly onError: (err: unknown) => void,
+    /** told of entries given up: past MAX_PENDING, or refused by PostgreSQL as they are */
+    private readonly onDropped: (n: number) => void,
     private readonly rideMs = 200,
     private readonly maxBatch = 500,
   ) {}
@@ -32,7 +32,7 @@ export class AckJournal {
   note(entry: AckEntry): void {
     this.pending.push(entry);
     if (this.pending.length > MAX_PENDING) {
-      this.dropped += this.pending.length - MAX_PENDING;
+      this.onDropped(this.pending.length - MAX_PENDING);
       this.pending.splice(0, this.pending.length - MAX_PENDING);
     }
     this.schedule();
@@ -87,7 +87,7 @@ export class AckJournal {
         this.onError(err);
         // A batch PostgreSQL refuses as it is would fail every statement it rode with.
         if (isMessageDataError(err)) {
-          this.dropped += batch.length;
+          this.onDropped(batch.length);
           this.schedule();
           return;
         }

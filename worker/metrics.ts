@@ -77,6 +77,11 @@ export function workerMetrics(
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers: r,
     }),
+    ackJournalDropped: new client.Counter({
+      name: 'jobfleet_ack_journal_dropped_total',
+      help: 'Ack-journal rows given up (10,000 pending while the store was down, or refused by PostgreSQL): jobfleet verify cannot see those acks',
+      registers: r,
+    }),
     claimConflicts: new client.Counter({
       name: 'jobfleet_claim_conflicts_total',
       help: 'Deliveries whose key was held by a live lease elsewhere',

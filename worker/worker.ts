@@ -185,11 +185,14 @@ class QueueWorker implements Worker {
     );
     this.store = new ClaimStore(pool);
     this.leases = new LeaseKeeper(this.store, config.leaseSeconds);
-    this.journal = new AckJournal(this.store, (err) =>
-      this.log.warn(
-        { err: compactReason(String((err as Error)?.message ?? err)) },
-        'ack journal write failed (tried again in 1 s; a batch PostgreSQL refuses is dropped)',
-      ),
+    this.journal = new AckJournal(
+      this.store,
+      (err) =>
+        this.log.warn(
+          { err: compactReason(String((err as Error)?.message ?? err)) },
+          'ack journal write failed (tried again in 1 s; a batch PostgreSQL refuses is dropped)',
+        ),
+      (n) => this.metrics.ackJournalDropped.inc(n),
     );
     this.shared = this.staticDeps();
   }

@@ -26,8 +26,15 @@ function harness(maxBatch = 500) {
       }),
     sendRiders: () => void ridersSent++,
   };
-  const journal = new AckJournal(store, (err) => errors.push(err), 200, maxBatch);
-  return { journal, writes, errors, ridersSent: () => ridersSent };
+  const dropped = { n: 0 };
+  const journal = new AckJournal(
+    store,
+    (err) => errors.push(err),
+    (n) => (dropped.n += n),
+    200,
+    maxBatch,
+  );
+  return { journal, writes, errors, dropped, ridersSent: () => ridersSent };
 }
 
 const entry = (id: string): AckEntry => ({
@@ -95,15 +102,30 @@ describe('AckJournal', () => {
     writes[1]?.settle();
   });
 
+  it('while a write hangs, at most 10,000 entries wait: the oldest beyond that are dropped and counted', async () => {
+    const { journal, writes, dropped } = harness();
+    journal.note(entry('first'));
+    await turn();
+    for (let i = 0; i < 10_003; i++) journal.note(entry(`e${i}`));
+    expect(dropped.n).toBe(3);
+    writes[0]?.settle();
+    await turn();
+    await turn();
+    // what is written next starts after the three given up
+    expect(writes[1]?.ids[0]).toBe('e3');
+    expect(writes[1]?.ids).toHaveLength(500);
+    writes[1]?.settle();
+  });
+
   it('a batch PostgreSQL refuses as it is is dropped and counted, not ridden again with every statement', async () => {
-    const { journal, writes } = harness();
+    const { journal, writes, dropped } = harness();
     journal.note(entry('bad'));
     await turn();
     journal.note(entry('b'));
     writes[0]?.settle(refused());
     await turn();
     await turn();
-    expect(journal.dropped).toBe(1);
+    expect(dropped.n).toBe(1);
     expect(writes.map((w) => w.ids)).toEqual([['bad'], ['b']]);
     writes[1]?.settle();
   });
