@@ -167,6 +167,28 @@ export function latencyWords(f: RevisionFigures): string {
   return p === undefined ? '–' : Number.isFinite(p) ? `≤${p} s` : `>${LATENCY_BOUNDS.at(-2)} s`;
 }
 
+/**
+ * Handler runs counted by the histogram, and those beyond the largest bucket
+ * bound at or under `limit` (at bucket resolution: "p95 above the limit" is
+ * "more than 5% of the runs beyond that bound").
+ */
+export function runsOver(
+  f: RevisionFigures,
+  limit: number,
+): { runs: number; over: number; bound: number } {
+  const b = f.latencyBuckets ?? [];
+  const runs = b[b.length - 1] ?? 0;
+  let i = -1;
+  LATENCY_BOUNDS.forEach((bound, j) => {
+    if (bound <= limit) i = j;
+  });
+  return {
+    runs,
+    over: i < 0 ? runs : runs - (b[i] ?? 0),
+    bound: LATENCY_BOUNDS[Math.max(0, i)] as number,
+  };
+}
+
 /** The bucket bound under which 95% of the handler runs fell; undefined without runs. */
 export function p95(f: RevisionFigures): number | undefined {
   const b = f.latencyBuckets;

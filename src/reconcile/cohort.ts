@@ -20,6 +20,7 @@ import {
   latencyWords,
   noFigures,
   p95,
+  runsOver,
   type FiguresMemory,
   type PodSample,
 } from './cohort-figures.js';
@@ -453,10 +454,15 @@ function judge(
     // Bucket bounds are coarse: the bucket above the stable's is always allowed.
     const above = LATENCY_BOUNDS[LATENCY_BOUNDS.indexOf(sp) + 1] ?? Infinity;
     const limit = Math.max(sp * k.maxLatencyP95Ratio, Number.isFinite(above) ? above : 0);
-    if (cp > limit)
+    // p95 above the limit: more than 5% of the cohort's runs took longer. Not
+    // by chance, as for the rates: beyond 5% by `significance` standard
+    // errors (binomial), so that a new pod's few cold-start runs among its
+    // first jobs do not abort a good revision.
+    const { runs, over: slow, bound } = runsOver(c, limit);
+    if (cp > limit && slow - 0.05 * runs > significance * Math.sqrt(runs * 0.05 * 0.95))
       return {
         check: 'Latency',
-        reason: `handler latency p95: cohort ${latencyWords(c)} vs stable ${latencyWords(base)}, more than ${k.maxLatencyP95Ratio}× (limit ${limit} s)`,
+        reason: `handler latency p95: cohort ${latencyWords(c)} vs stable ${latencyWords(base)}, more than ${k.maxLatencyP95Ratio}× (limit ${limit} s; ${slow} of the cohort's ${runs} runs took over ${bound} s)`,
       };
   }
   return undefined;

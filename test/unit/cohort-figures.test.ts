@@ -8,6 +8,7 @@ import {
   latencyWords,
   LATENCY_BOUNDS,
   noFigures,
+  runsOver,
   type PodCounters,
   type PodSample,
 } from '../../src/reconcile/cohort-figures.js';
@@ -143,5 +144,22 @@ describe("a step's figures, from reads of many pods", () => {
   it('leaves out pods of other revisions', () => {
     const { totals } = reads([[sample('o1', '7', 5, counters(9))]]);
     expect(totals.cohort.handled + totals.stable.handled).toBe(0);
+  });
+});
+
+describe('runsOver', () => {
+  // 100 runs: 90 at ≤0.05 s, 6 more by 0.25 s, 4 over 5 s
+  const buckets = LATENCY_BOUNDS.map((b) => (b < 0.05 ? 0 : b < 0.25 ? 90 : b < 10 ? 96 : 100));
+  const f = { ...noFigures(), latencyBuckets: buckets };
+
+  it('counts the runs beyond the largest bucket bound at or under the limit', () => {
+    expect(runsOver(f, 0.1)).toEqual({ runs: 100, over: 10, bound: 0.1 });
+    // a limit between bounds is judged at the bound under it, as p95 is
+    expect(runsOver(f, 0.3)).toEqual({ runs: 100, over: 4, bound: 0.25 });
+    expect(runsOver(f, Infinity)).toEqual({ runs: 100, over: 0, bound: Infinity });
+  });
+
+  it('with no runs, none are over', () => {
+    expect(runsOver(noFigures(), 0.1)).toMatchObject({ runs: 0, over: 0 });
   });
 });

@@ -47,6 +47,8 @@ interface Behaviour {
   duplicate?: number;
   /** handler latency, seconds */
   latency?: number;
+  /** each pod's first runs are this slow (connections opened, code not yet optimised) */
+  coldStart?: { runs: number; seconds: number };
   crashLoop?: boolean;
   /** outcomes drawn at random (seeded) instead of every 1/rate-th job */
   random?: boolean;
@@ -358,7 +360,8 @@ class World {
         } else if (hit(b.duplicate)) c.duplicates++;
         else c.completed++;
         if (hit(b.retry)) c.retried++;
-        const latency = b.latency ?? 0.04;
+        const latency =
+          b.coldStart && k <= b.coldStart.runs ? b.coldStart.seconds : (b.latency ?? 0.04);
         LATENCY_BOUNDS.forEach((bound, i) => {
           if (latency <= bound) c.latency[i]!++;
         });
@@ -751,6 +754,22 @@ describe('Cohort strategy: aborts', () => {
       expect(w.status?.lastCohort?.message).toContain('promoted');
     },
   );
+
+  it("does not abort on a new pod's few slow first runs (a cold start), but on a revision slow throughout", () => {
+    const cold: Behaviour = { coldStart: { runs: 2, seconds: 2 } };
+    const w = steady({ '2': cold });
+    w.edit(image2());
+    w.until('promoted', (x) => !!x.status?.lastCohort, 1200);
+    expect(w.status?.lastCohort).toMatchObject({ result: 'Promoted' });
+    // every run that slow: it is aborted
+    const slow = steady({ '2': { coldStart: { runs: 1e9, seconds: 2 } } });
+    slow.edit(image2());
+    slow.until('aborted', (x) => !!x.status?.lastCohort, 600);
+    expect(slow.status?.lastCohort).toMatchObject({ result: 'Aborted', check: 'Latency' });
+    expect(slow.status?.lastCohort?.message).toMatch(
+      /\d+ of the cohort's \d+ runs took over 0\.1 s/,
+    );
+  });
 
   it('aborts when queue age rises past the objective once the cohort runs', () => {
     const w = steady();
