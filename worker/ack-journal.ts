@@ -41,9 +41,10 @@ export class AckJournal {
   /**
    * Writes what is pending now, without riding, and stops retrying: the
    * worker is stopping. A write that fails here ends it (the store is down:
-   * what is left goes with the process).
+   * what is left goes with the process, counted as dropped). Answers how
+   * many entries were left unwritten.
    */
-  async close(): Promise<void> {
+  async close(): Promise<number> {
     this.closed = true;
     clearTimeout(this.retry);
     this.retry = undefined;
@@ -53,10 +54,13 @@ export class AckJournal {
         await this.writing;
       }
       const before = this.pending.length;
-      if (before === 0) return;
+      if (before === 0) return 0;
       this.write(0);
       await this.writing;
-      if (this.pending.length >= before) return;
+      if (this.pending.length >= before) {
+        this.onDropped(before); // they go with the process
+        return before;
+      }
     }
   }
 

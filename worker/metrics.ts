@@ -72,7 +72,7 @@ export function workerMetrics(
     }),
     handlerDuration: new client.Histogram({
       name: 'jobfleet_handler_duration_seconds',
-      help: 'Time a delivery holds its slot: the handler run and the commit that records its result',
+      help: 'Handler run time, with the commit that records a completed result (not the claim, the ack, or a failure’s retry or dead-letter record)',
       labelNames: ['type'],
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers: r,

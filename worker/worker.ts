@@ -604,7 +604,12 @@ class QueueWorker implements Worker {
     // Closing the channel returns every unacked delivery to the queue.
     await conn?.close().catch(() => undefined);
     this.leases.stop();
-    await this.journal.close();
+    const unwritten = await this.journal.close();
+    if (unwritten)
+      this.log.warn(
+        { unwritten },
+        'ack journal rows not written at stop (the claims store is down): jobfleet verify cannot check those acks',
+      );
     await this.store.pool.end().catch(() => undefined);
     await this.health?.close();
     this.log.info('worker stopped');

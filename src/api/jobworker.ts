@@ -174,7 +174,7 @@ const cohortChecks = z
       .max(1000)
       .default(2)
       .describe(
-        'Handler latency p95: the cohort’s may be at most this many times the stable’s (or its bucket above, whichever is higher)',
+        'Handler latency p95: the cohort’s may be at most this many times the stable’s (or its bucket above, whichever is higher); it fails when the share of cohort runs beyond that exceeds 5% by a margin of standard errors',
       ),
     maxRestarts: z
       .number()

@@ -185,7 +185,7 @@ export function runsOver(
   return {
     runs,
     over: i < 0 ? runs : runs - (b[i] ?? 0),
-    bound: LATENCY_BOUNDS[Math.max(0, i)] as number,
+    bound: i < 0 ? 0 : (LATENCY_BOUNDS[i] as number),
   };
 }
 

@@ -209,10 +209,10 @@ describe('capacity read from the worker pods', () => {
       90_000,
       1000,
     );
-    // The slot time includes the commit recording each result: on a loaded CI
-    // machine that has reached 20 ms (57 jobs/s). A misread prefetch (1 slot:
-    // ≤ 20/s) or a unit slip (×1000) still lands far outside these bounds.
-    expect(jw.status!.capacityPerReplica).toBeGreaterThanOrEqual(40);
+    // The handler time includes the commit recording each result: on a loaded
+    // CI machine that has reached 20 ms (57 jobs/s). A prefetch misread as 2
+    // slots or fewer (≤ 40/s) or a unit slip (×1000) still fails.
+    expect(jw.status!.capacityPerReplica).toBeGreaterThan(40);
     expect(jw.status!.capacityPerReplica).toBeLessThanOrEqual(80);
   }, 150_000);
 });
