@@ -24,7 +24,7 @@ import {
   type FiguresMemory,
   type PodSample,
 } from './cohort-figures.js';
-import { iso, RISE_SUSTAIN_MS } from './rollout.js';
+import { ageRising, iso, RISE_SUSTAIN_MS } from './rollout.js';
 
 export type CohortState = NonNullable<JobWorkerStatus['cohort']>;
 export type LastCohort = NonNullable<JobWorkerStatus['lastCohort']>;
@@ -327,11 +327,11 @@ function running(
   };
 }
 
-/** Past the objective and above where the step started: since when (sustained, it aborts). */
+/** Past the objective and above where the step started (ageRising): since when (sustained, it aborts). */
 function risingSince(i: CohortInput, s: CohortState): string | undefined {
-  const age = i.ageSeconds;
-  const rising = age !== undefined && age > i.objectiveSeconds && age > (s.ageAtStart ?? 0);
-  return rising ? (s.overObjectiveSince ?? iso(i.now)) : undefined;
+  return ageRising(i.ageSeconds, i.objectiveSeconds, s.ageAtStart)
+    ? (s.overObjectiveSince ?? iso(i.now))
+    : undefined;
 }
 
 const ratio = (part: number, f: RevisionFigures) => (f.handled > 0 ? part / f.handled : 0);

@@ -325,6 +325,20 @@ export interface AnalysisInput {
 /** Sustained this long above the objective (and above where it started), age is rising, not a blip. */
 export const RISE_SUSTAIN_MS = 10_000;
 
+/**
+ * Queue age past the objective and above where it started by more than one
+ * reading's resolution: the broker's message timestamps are whole seconds,
+ * so a fleet already over its objective that holds steady (6 s, then 6.4 s)
+ * is not rising, and a revision is not rolled back for it.
+ */
+export function ageRising(
+  age: number | undefined,
+  objectiveSeconds: number,
+  atStart = 0,
+): age is number {
+  return age !== undefined && age > objectiveSeconds && age > atStart + 1;
+}
+
 export function analyze(i: AnalysisInput): {
   state: AnalysisState | undefined;
   rollback?: { to: string; reason: string };
@@ -351,8 +365,7 @@ export function analyze(i: AnalysisInput): {
       rollback: { to: st.stable, reason: `revision ${st.revision} crash-loops` },
     };
   const age = i.ageSeconds;
-  const rising = age !== undefined && age > i.objectiveSeconds && age > (st.ageAtStart ?? 0);
-  if (!rising) {
+  if (!ageRising(age, i.objectiveSeconds, st.ageAtStart)) {
     return { state: { ...st, overObjectiveSince: undefined } };
   }
   const since = st.overObjectiveSince ?? iso(now);

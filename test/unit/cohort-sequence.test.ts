@@ -781,6 +781,18 @@ describe('Cohort strategy: aborts', () => {
     expect(Number(m![1]) / Number(m![2])).toBeCloseTo(1 / 3, 1);
   });
 
+  it('a queue already over its objective that holds steady (within a second) does not abort the cohort', () => {
+    const w = steady();
+    w.age = () => 31;
+    w.run(5);
+    w.edit(image2());
+    const started = w.t;
+    // the reading moves by less than its whole-second resolution
+    w.age = (t) => (t > started + 3 ? 31.8 : 31);
+    w.until('promoted', (x) => !!x.status?.lastCohort, 1200);
+    expect(w.status?.lastCohort).toMatchObject({ result: 'Promoted' });
+  });
+
   it('aborts when queue age rises past the objective once the cohort runs', () => {
     const w = steady();
     w.edit(image2());

@@ -204,6 +204,17 @@ describe('analyze: automatic rollback', () => {
     });
   });
 
+  it('a fleet already over its objective that holds steady is not rising: within a second of the start', () => {
+    const s0 = analyze({ ...base, ageSeconds: 40 }).state!;
+    const s1 = analyze({ ...base, now: at(5), state: s0, ageSeconds: 40.9 });
+    const s2 = analyze({ ...base, now: at(20), state: s1.state, ageSeconds: 41 });
+    expect(s2).toEqual({ state: expect.objectContaining({ overObjectiveSince: undefined }) });
+    // a second more is a rise
+    const s3 = analyze({ ...base, now: at(25), state: s2.state, ageSeconds: 41.5 });
+    const s4 = analyze({ ...base, now: at(36), state: s3.state, ageSeconds: 42 });
+    expect(s4.rollback?.reason).toMatch(/^queue age rose from 40 s to 42 s/);
+  });
+
   it('forgets a blip, ends after the window, and rolls back a crash loop at once', () => {
     const s0 = analyze(base).state!;
     const blip = analyze({ ...base, now: at(10), state: s0, ageSeconds: 45 }).state!;
