@@ -178,10 +178,7 @@ export function runsOver(
 ): { runs: number; over: number; bound: number } {
   const b = f.latencyBuckets ?? [];
   const runs = b[b.length - 1] ?? 0;
-  let i = -1;
-  LATENCY_BOUNDS.forEach((bound, j) => {
-    if (bound <= limit) i = j;
-  });
+  const i = LATENCY_BOUNDS.findLastIndex((bound) => bound <= limit);
   return {
     runs,
     over: i < 0 ? runs : runs - (b[i] ?? 0),

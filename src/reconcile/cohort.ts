@@ -448,18 +448,17 @@ function judge(
       check: 'Duplicates',
       reason: `duplicate suppression collapsed: cohort ${pct(cDup)} (${c.duplicates} of ${c.handled}) of its deliveries suppressed as duplicates or claim conflicts vs stable ${pct(sDup)} (${base.duplicates} of ${base.handled}); the cohort runs again what the stable revision suppresses`,
     };
-  const cp = p95(c);
   const sp = p95(base);
-  if (cp !== undefined && sp !== undefined) {
+  if (sp !== undefined) {
     // Bucket bounds are coarse: the bucket above the stable's is always allowed.
     const above = LATENCY_BOUNDS[LATENCY_BOUNDS.indexOf(sp) + 1] ?? Infinity;
     const limit = Math.max(sp * k.maxLatencyP95Ratio, Number.isFinite(above) ? above : 0);
     // p95 above the limit: more than 5% of the cohort's runs took longer. Not
     // by chance, as for the rates: beyond 5% by `significance` standard
     // errors (binomial), so that a new pod's few cold-start runs among its
-    // first jobs do not abort a good revision.
+    // first jobs do not abort a good revision. A cohort without runs has none over.
     const { runs, over: slow, bound } = runsOver(c, limit);
-    if (cp > limit && slow - 0.05 * runs > significance * Math.sqrt(runs * 0.05 * 0.95))
+    if (slow - 0.05 * runs > significance * Math.sqrt(runs * 0.05 * 0.95))
       return {
         check: 'Latency',
         reason: `handler latency p95: cohort ${latencyWords(c)} vs stable ${latencyWords(base)}, more than ${k.maxLatencyP95Ratio}× (limit ${limit} s; ${slow} of the cohort's ${runs} runs took over ${bound} s)`,
