@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration lint typecheck build release chart-docs bench chaos demo dev images control-plane clean deps crds
+.PHONY: node node-path test test-unit test-integration lint typecheck build release chart-docs bench chaos demo dev images control-plane rabbitmq4 clean deps crds
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -39,16 +39,17 @@ node_modules: package-lock.json $(NODE_DEP)
 
 deps: node_modules
 
-## test: everything — unit and integration suites on real RabbitMQ, PostgreSQL and kube-apiserver
-test: node_modules control-plane
+## test: everything — unit and integration suites on real RabbitMQ (the machine's, and 4.x with
+## quorum queues), PostgreSQL and kube-apiserver
+test: node_modules control-plane rabbitmq4
 	vitest run
 
 ## test-unit: pure logic only, no services, seconds
 test-unit: node_modules
 	vitest run --project unit
 
-test-integration: node_modules control-plane
-	vitest run --project integration
+test-integration: node_modules control-plane rabbitmq4
+	vitest run --project integration --project integration-rabbitmq4
 
 lint: node_modules
 	eslint .
@@ -78,6 +79,13 @@ crds: node_modules
 control-plane:
 	@if [ -n "$$KUBEBUILDER_ASSETS" ]; then echo "using KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS"; \
 	else bash test/ground/build-control-plane.sh >/dev/null; fi
+
+## rabbitmq4: Debian 13's RabbitMQ 4 (with its Erlang) in a debootstrap chroot under .cache/rabbitmq/
+## (once, about a minute, needs root); the test ground runs it beside the machine's broker
+## (skipped when JOBFLEET_TEST_AMQP4_URL names a RabbitMQ 4 to use instead)
+rabbitmq4:
+	@if [ -n "$$JOBFLEET_TEST_AMQP4_URL" ]; then echo "using JOBFLEET_TEST_AMQP4_URL"; \
+	else bash test/ground/build-rabbitmq.sh >/dev/null; fi
 
 ## bench: benchmarks into bench/RESULTS.md (BENCH=worker runs one; BENCH_ARGS="--jobs 2000 --runs 1" for a short one)
 bench: node_modules

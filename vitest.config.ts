@@ -1,7 +1,30 @@
-// Two projects: `unit` (pure logic, no services, seconds) and `integration`
+// Three projects: `unit` (pure logic, no services, seconds); `integration`
 // (real RabbitMQ, PostgreSQL and kube-apiserver, found or started by the
-// global setup in test/ground/).
+// global setup in test/ground/) on the machine's RabbitMQ; and
+// `integration-rabbitmq4`, every suite that talks to a broker again on
+// RabbitMQ 4 with quorum queues (the broker is a suite parameter: `useRabbit()`
+// and `queueType()` read it).
 import { defineConfig } from 'vitest/config';
+
+const integration = {
+  environment: 'node' as const,
+  globalSetup: ['test/ground/global-setup.ts'],
+  testTimeout: 60_000,
+  hookTimeout: 120_000,
+  // Two cores: file-level parallelism beyond 2 only adds contention.
+  maxWorkers: 2,
+};
+
+/** Suites that never talk to a broker: they run once. */
+const brokerless = [
+  'chart',
+  'control-plane-teardown',
+  'jobworker-crd',
+  'leadership',
+  'operator',
+  'packages',
+  'plugin',
+].map((f) => `test/integration/${f}.test.ts`);
 
 export default defineConfig({
   test: {
@@ -18,15 +41,21 @@ export default defineConfig({
       },
       {
         test: {
+          ...integration,
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
           sequence: { groupOrder: 1 },
-          environment: 'node',
-          globalSetup: ['test/ground/global-setup.ts'],
-          testTimeout: 60_000,
-          hookTimeout: 120_000,
-          // Two cores: file-level parallelism beyond 2 only adds contention.
-          maxWorkers: 2,
+          provide: { broker: 'machine' as const, queueType: 'classic' as const },
+        },
+      },
+      {
+        test: {
+          ...integration,
+          name: 'integration-rabbitmq4',
+          include: ['test/integration/**/*.test.ts'],
+          exclude: brokerless,
+          sequence: { groupOrder: 2 },
+          provide: { broker: 'rabbitmq4' as const, queueType: 'quorum' as const },
         },
       },
     ],

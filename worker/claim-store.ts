@@ -415,8 +415,22 @@ export class ClaimStore {
     this.ops.sendRiders();
   }
 
+  /** The claim's state for `key` (completed, dead_lettered, running, …), or undefined when none. */
+  async state(key: string): Promise<string | undefined> {
+    const { rows } = await this.pool.query<{ state: string }>(
+      'select state from jobfleet_claims where key = $1',
+      [key],
+    );
+    return rows[0]?.state;
+  }
+
+  /**
+   * Answers only when the store takes writes: a demoted primary, a standby or
+   * a database set read-only accepts connections and SELECT 1 but refuses
+   * this (read-only is checked before any row is looked at; none is touched).
+   */
   async ping(): Promise<void> {
-    await this.pool.query('select 1');
+    await this.pool.query('update jobfleet_claims set key = key where false');
   }
 }
 

@@ -1,7 +1,8 @@
-// Worker configuration: JOBFLEET_* environment variables (DESIGN.md §2, set
-// by the operator), overridable in code. Validated once, at construction,
+// Worker configuration: JOBFLEET_* environment variables (set by the
+// operator; docs/reference lists them), overridable in code. Validated once, at construction,
 // with messages that name the variable and the fix.
 import { z } from 'zod';
+import { brokerUrls } from './broker-urls.js';
 import { parseSchemaVersions } from './contract.js';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
@@ -13,7 +14,13 @@ const schema = z
       .min(1)
       .max(200)
       .regex(/^[A-Za-z0-9_.:-]+$/, 'use letters, digits, "_", ".", ":" or "-"'),
-    brokerUrl: z.string().regex(/^amqps?:\/\//, 'must be an amqp:// or amqps:// URL'),
+    brokerUrl: z
+      .string()
+      .refine(
+        (v) =>
+          brokerUrls(v).length > 0 && brokerUrls(v).every((u) => /^amqps?:\/\/[^\s]+$/.test(u)),
+        'must be an amqp:// or amqps:// URL, or several separated by commas (one per cluster node)',
+      ),
     claimsUrl: z.string().regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL'),
     prefetch: int(1, 1000).default(8),
     maxAttempts: int(1, 100).default(5),
@@ -23,6 +30,9 @@ const schema = z
     deadLetterQueue: z.string().min(1).max(255).optional(),
     leaseSeconds: int(5, 86_400).default(60),
     drainDeadlineSeconds: z.coerce.number().min(0).max(3600).default(45),
+    // A run past this is aborted and retried; below RabbitMQ's consumer_timeout
+    // (30 minutes by default), which would close the channel instead.
+    handlerTimeoutSeconds: z.coerce.number().positive().max(86_400).default(900),
     keyRule: z.string().optional(),
     schemaVersions: z
       .union([
@@ -73,6 +83,7 @@ export const ENV: Record<keyof WorkerConfigInput, string> = {
   deadLetterQueue: 'JOBFLEET_DEAD_LETTER_QUEUE',
   leaseSeconds: 'JOBFLEET_LEASE_SECONDS',
   drainDeadlineSeconds: 'JOBFLEET_DRAIN_DEADLINE_SECONDS',
+  handlerTimeoutSeconds: 'JOBFLEET_HANDLER_TIMEOUT_SECONDS',
   keyRule: 'JOBFLEET_KEY_RULE',
   schemaVersions: 'JOBFLEET_SCHEMA_VERSIONS',
   revision: 'JOBFLEET_REVISION',

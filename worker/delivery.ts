@@ -9,6 +9,7 @@ import type { ConsumeMessage, MessageProperties } from 'amqplib';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { retryDelayMs, tierFor } from './backoff.js';
+import { DELIVERY_LIMIT } from './topology.js';
 import type { AckEntry, ClaimStore, DeadLetterRecord } from './claim-store.js';
 import type { LeaseKeeper } from './lease-keeper.js';
 import type { Contract } from './contract.js';
@@ -77,6 +78,14 @@ export interface DeliveryDeps {
   requeue(msg: ConsumeMessage): void;
   /** the claim store failed: stop consuming until it answers again */
   storeDown(err: unknown): void;
+  /**
+   * Waits until a delivery held through a claim-store outage may try again
+   * (true), or must go back to the broker (false: stopping, or held too long).
+   * `holds` counts this delivery's earlier tries; the wait grows with it.
+   */
+  storeBack(holds: number, heldSince: number): Promise<boolean>;
+  /** a run that has not returned after this long is aborted and retried */
+  handlerTimeoutMs: number;
   /** a signal that aborts when the worker's drain deadline passes */
   drainSignal: AbortSignal;
   metrics: WorkerMetrics;
@@ -135,27 +144,91 @@ function journal(
 /** Thrown when a durable record cannot be written: the delivery goes back unacked. */
 class StoreUnavailable extends Error {}
 
-export async function handleDelivery(
+export function handleDelivery(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResult> {
+  return holding(msg, d, (holds) => step(msg, d, holds));
+}
+
+/**
+ * A message the broker gave up on, from the delivery-limit queue (quorum
+ * queues: delivered DELIVERY_LIMIT times without an ack): quarantined as a
+ * `delivery_limit` dead letter with its audit record, so the broker never
+ * drops one. A message whose key has already ended is acked as a duplicate.
+ */
+export function handleOverLimit(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResult> {
+  return holding(msg, d, () => overLimit(msg, d));
+}
+
+/**
+ * Runs `attempt` until the delivery has a terminal record. When the claim
+ * store cannot take one, the delivery is held (not returned): on a quorum
+ * queue every return spends the broker's delivery limit, and a store that
+ * flaps would otherwise walk messages to it. It is tried again once the store
+ * takes writes, and returned only when the worker stops or after HOLD_LIMIT_MS.
+ */
+async function holding(
   msg: ConsumeMessage,
   d: DeliveryDeps,
+  attempt: (holds: number) => Promise<DeliveryResult>,
 ): Promise<DeliveryResult> {
-  try {
-    return await step(msg, d);
-  } catch (err) {
-    // A value PostgreSQL refuses (a data error) is the message's fault, not
-    // the store's: retrying cannot fix it, so it ends as a dead letter.
-    if (isMessageDataError(err)) return lastResortDeadLetter(msg, d, err);
-    // Whatever else went wrong (claim store down, broker refused a confirm),
-    // the delivery has no terminal record: give it back, unacked.
-    if (err instanceof StoreUnavailable || isStoreError(err)) d.storeDown(err);
-    d.log.warn(
-      { err: compactReason(String((err as Error)?.message ?? err)) },
-      'delivery returned to the broker unacked',
-    );
-    d.requeue(msg);
-    return 'requeued';
+  const heldSince = d.now();
+  for (let holds = 0; ; holds++) {
+    try {
+      return await attempt(holds);
+    } catch (err) {
+      // A value PostgreSQL refuses (a data error) is the message's fault, not
+      // the store's: retrying cannot fix it, so it ends as a dead letter.
+      if (isMessageDataError(err)) return lastResortDeadLetter(msg, d, err);
+      if (err instanceof StoreUnavailable || isStoreError(err)) {
+        d.storeDown(err);
+        if (await d.storeBack(holds, heldSince)) continue;
+      }
+      // Stopping, held too long, or the broker refused a confirm: the
+      // delivery has no terminal record, so it goes back unacked.
+      d.log.warn(
+        { err: compactReason(String((err as Error)?.message ?? err)) },
+        'delivery returned to the broker unacked',
+      );
+      d.requeue(msg);
+      return 'requeued';
+    }
   }
 }
+
+async function overLimit(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResult> {
+  const decoded = decodeDelivery(msg.content, {
+    maxBytes: d.maxMessageBytes,
+    types: d.types,
+    contract: d.contract,
+  });
+  const env: Partial<Envelope> = decoded.ok ? decoded.envelope : (decoded.partial ?? {});
+  const state = env.key ? await d.store.state(env.key) : undefined;
+  if (state === 'completed' || state === 'dead_lettered') {
+    // Its effect (or its quarantine) is recorded: the broker's copy is a leftover.
+    d.metrics.jobs.inc({ type: knownType(env, d), outcome: 'duplicate' });
+    d.ack(msg, {
+      deliveryId: deliveryIdOf(msg, env),
+      jobId: env.id ?? null,
+      key: env.key ?? null,
+      outcome: 'duplicate',
+      attempt: attemptHeader(msg) ?? 0,
+      ackedAt: d.now(),
+    });
+    return 'duplicate';
+  }
+  return deadLetter(msg, d, {
+    envelope: env,
+    failureClass: 'delivery_limit',
+    reason:
+      `RabbitMQ delivered it ${DELIVERY_LIMIT + 1} times without an ack (the work queue's delivery limit; ` +
+      'crashes, lost connections or drain aborts returned it each time) and moved it out of the work queue: replay it once the cause is fixed',
+    attempts: attemptHeader(msg) ?? 0,
+    claimOwner: null,
+    firstSeenAt: null,
+  });
+}
+
+const knownType = (env: Partial<Envelope>, d: DeliveryDeps) =>
+  env.type && d.handlers.has(env.type) ? env.type : 'unknown';
 
 /**
  * The guard behind every other check: a data error that escaped the envelope
@@ -182,14 +255,14 @@ async function lastResortDeadLetter(
   }
 }
 
-async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResult> {
-  if (msg.fields.redelivered) d.metrics.redeliveries.inc();
+async function step(msg: ConsumeMessage, d: DeliveryDeps, holds: number): Promise<DeliveryResult> {
+  if (msg.fields.redelivered && holds === 0) d.metrics.redeliveries.inc();
   const decoded = decodeDelivery(msg.content, {
     maxBytes: d.maxMessageBytes,
     types: d.types,
     contract: d.contract,
   });
-  if (decoded.ok || decoded.partial?.schemaVersion !== undefined) {
+  if (holds === 0 && (decoded.ok || decoded.partial?.schemaVersion !== undefined)) {
     const v = decoded.ok ? decoded.envelope.schemaVersion : decoded.partial?.schemaVersion;
     d.metrics.schemaVersionSeen.inc({
       version: v !== undefined && v <= 1000 ? String(v) : 'other',
@@ -206,7 +279,7 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps): Promise<DeliveryResul
     });
   }
   const env = decoded.envelope;
-  observeAge(msg, env, d);
+  if (holds === 0) observeAge(msg, env, d);
 
   // A retry that arrives before its time (a delay longer than every tier, or
   // a copy moved by hand) waits again, without spending an attempt.
@@ -320,13 +393,13 @@ async function run(
         return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
       }
       ctx.tx = tx;
-      result = await handler(job, ctx);
+      result = await withDeadline(handler(job, ctx), abort, d);
       d.fault('after-handler');
       recorded = await d.store.complete(env.key, owner, result, tx);
       if (recorded) await tx.query('commit');
       else await tx.query('rollback');
     } else {
-      result = await handler(job, ctx);
+      result = await withDeadline(handler(job, ctx), abort, d);
       d.fault('after-handler');
       recorded = await recordCompletion(d, env.key, owner, result);
     }
@@ -349,6 +422,8 @@ async function run(
       txBroken ??= err as Error;
       throw err;
     }
+    // a hung handler may still use its connection: never back into the pool
+    if (err instanceof HandlerTimedOut) txBroken ??= err;
     if (d.drainSignal.aborted) {
       // Stopped by the drain deadline, not by its own failure: give the claim
       // back (refunding the attempt) and leave the delivery unacked.
@@ -365,10 +440,38 @@ async function run(
   }
 }
 
+/** A run past JOBFLEET_HANDLER_TIMEOUT_SECONDS: a retryable failure. */
+export class HandlerTimedOut extends Error {
+  override readonly name = 'HandlerTimedOut';
+}
+
+/**
+ * The handler's result, or HandlerTimedOut once the handler deadline passes:
+ * its signal is aborted and its delivery slot freed, whether or not it
+ * listens. A hung run would otherwise hold the slot until RabbitMQ's
+ * consumer_timeout closes the channel, returning every delivery on it.
+ */
+function withDeadline<T>(run: Promise<T>, abort: RunSignal, d: DeliveryDeps): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const err = new HandlerTimedOut(
+        `the handler ran longer than ${d.handlerTimeoutMs / 1000} s (spec.handlerTimeoutSeconds)`,
+      );
+      abort.abort(err);
+      reject(err);
+    }, d.handlerTimeoutMs);
+  });
+  // a run that ends after its deadline must not reject unheard
+  run.catch(() => undefined);
+  return Promise.race([run, deadline]).finally(() => clearTimeout(timer));
+}
+
 /**
  * The side effect has happened; its record must be written before the ack.
- * A store blip is retried for a while (holding the delivery) rather than
- * letting the message run again.
+ * Through a store outage the delivery is held and the record tried again
+ * (never the handler): until the lease runs out no one else may run this
+ * key, and after it the fenced write says so ('lease_lost').
  */
 async function recordCompletion(
   d: DeliveryDeps,
@@ -376,17 +479,14 @@ async function recordCompletion(
   owner: string,
   result: unknown,
 ): Promise<boolean> {
-  // Keep trying for most of the lease: until it runs out, no one else may run
-  // this key, so a store blip shorter than that costs no second effect.
-  const deadline = d.now() + d.leaseSeconds * 1000 * 0.9;
-  for (let attempt = 0; ; attempt++) {
+  const heldSince = d.now();
+  for (let holds = 0; ; holds++) {
     try {
       return await d.store.complete(key, owner, result);
     } catch (err) {
-      const wait = Math.min(2000, 250 * 2 ** attempt);
-      if (!isConnectionError(err) || d.now() + wait > deadline)
-        throw new StoreUnavailable(String(err));
-      await new Promise((r) => setTimeout(r, wait));
+      if (!isStoreError(err) || isMessageDataError(err)) throw new StoreUnavailable(String(err));
+      d.storeDown(err);
+      if (!(await d.storeBack(holds, heldSince))) throw new StoreUnavailable(String(err));
     }
   }
 }
@@ -639,7 +739,7 @@ async function deadLetter(
       throw new StoreUnavailable(String(again));
     }
   }
-  const type = env.type && d.handlers.has(env.type) ? env.type : 'unknown';
+  const type = knownType(env, d);
   d.metrics.deadLetters.inc({ type, failure_class: x.failureClass });
   d.metrics.jobs.inc({ type, outcome: 'dead_lettered' });
   d.log.warn({ type, jobId: env.id, failureClass: x.failureClass, reason }, 'dead-lettered');

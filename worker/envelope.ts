@@ -88,6 +88,8 @@ export const FAILURE_CLASSES = [
   'invalid_payload',
   'permanent',
   'attempts_exhausted',
+  // the broker's delivery limit (quorum queues): returned unacked too many times
+  'delivery_limit',
 ] as const;
 export type FailureClass = (typeof FAILURE_CLASSES)[number];
 

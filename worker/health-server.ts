@@ -53,7 +53,13 @@ export function startHealthServer(
     server.listen(port, host, () => {
       resolve({
         port: (server.address() as AddressInfo).port,
-        close: () => new Promise((r) => server.close(() => r())),
+        // A probe or scraper holding a keep-alive connection must not keep
+        // the process alive: close() alone waits for every open connection.
+        close: () =>
+          new Promise((r) => {
+            server.close(() => r());
+            server.closeAllConnections();
+          }),
       });
     });
   });

@@ -12,6 +12,8 @@ export const NOT_READY_REASONS = [
   'BrokerUnreachable',
   'BrokerAuthRefused',
   'BrokerVhostMissing',
+  'BrokerPermissionRefused',
+  'QueueArgumentsDiffer',
   'ClaimsStoreUnreachable',
   'ClaimsStoreAuthRefused',
   'ClaimsDatabaseMissing',
@@ -55,6 +57,7 @@ const messageOf = (err: unknown) =>
  */
 export function brokerMisconfiguration(err: unknown): Omit<NotReady, 'message'> | undefined {
   const message = messageOf(err);
+  if (err instanceof QueueRefused) return err.problem;
   // Only the connection handshake: a 403 on a later declare is a permission
   // on one queue, and a vhost that is down answers NOT_ALLOWED too.
   if (/Handshake terminated by server: 403/.test(message))
@@ -96,6 +99,54 @@ export function claimStoreMisconfiguration(err: unknown): Omit<NotReady, 'messag
     default:
       return undefined;
   }
+}
+
+/** The permission each queue operation needs (RabbitMQ's access control). */
+const PERMISSION = { declare: 'configure', consume: 'read', publish: 'write' } as const;
+
+/** The broker refused an operation on one of the worker's queues: no retry fixes it. */
+export class QueueRefused extends Error {
+  constructor(
+    readonly problem: Omit<NotReady, 'message'>,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Names what the broker refused on `queue`, or undefined when the error is
+ * not a refusal (the connection dropped: retried as unreachable).
+ * ACCESS_REFUSED names the permission the operation needs; PRECONDITION_FAILED
+ * ("inequivalent arg") names the argument that differs and both values.
+ */
+export function queueRefusal(
+  err: unknown,
+  queue: string,
+  operation: keyof typeof PERMISSION,
+): QueueRefused | undefined {
+  const message = messageOf(err);
+  if (/ACCESS[-_]REFUSED/.test(message)) {
+    const permission = PERMISSION[operation];
+    return new QueueRefused(
+      {
+        reason: 'BrokerPermissionRefused',
+        fix: `grant the broker user ${permission} permission on queue "${queue}" in its vhost (rabbitmqctl set_permissions: the ${permission} pattern must match it); the worker needs configure on its own queues, read on the work queues, write on the default exchange`,
+      },
+      `RabbitMQ refused to ${operation} queue "${queue}": the user lacks ${permission} permission`,
+    );
+  }
+  const arg = /inequivalent arg '([^']+)' for queue '[^']*' in vhost '[^']*': (.*)$/.exec(message);
+  if (/PRECONDITION[-_]FAILED/.test(message) && arg) {
+    return new QueueRefused(
+      {
+        reason: 'QueueArgumentsDiffer',
+        fix: `queue "${queue}" exists with other arguments than this worker declares (${arg[1]}): a queue's arguments cannot change, so move its messages to a new queue (spec.broker.queue) or delete it once empty; docs/compatibility.md lists the arguments`,
+      },
+      `queue "${queue}" exists with a different ${arg[1]} (${(arg[2] ?? '').replace(/"$/, '')})`,
+    );
+  }
+  return undefined;
 }
 
 /** Why the broker cannot be used: a misconfiguration, or unreachable (retried). */

@@ -4,7 +4,6 @@
 import { setMaxListeners } from 'node:events';
 import { readFileSync } from 'node:fs';
 import amqp, {
-  type Channel,
   type ChannelModel,
   type ConfirmChannel,
   type ConsumeMessage,
@@ -18,6 +17,7 @@ import { LeaseKeeper } from './lease-keeper.js';
 import { contractMismatches, keyRuleProblem, type Contract } from './contract.js';
 import {
   handleDelivery,
+  handleOverLimit,
   type DeliveryDeps,
   type DeliveryResult,
   type FaultPoint,
@@ -30,6 +30,7 @@ import {
   brokerProblem,
   claimStoreProblem,
   Misconfigured,
+  queueRefusal,
   type NotReady,
   type Readiness,
 } from './readiness.js';
@@ -37,6 +38,7 @@ import { startHealthServer, type HealthServer } from './health-server.js';
 import { workerMetrics, type Held, type WorkerMetrics } from './metrics.js';
 import { sendConfirmed } from './producer.js';
 import { topology, type QueueDecl, type Topology } from './topology.js';
+import { brokerUrls } from './broker-urls.js';
 
 export interface WorkerOptions {
   /** what this code consumes; must match JOBFLEET_KEY_RULE / JOBFLEET_SCHEMA_VERSIONS when set */
@@ -106,6 +108,14 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     });
   });
 
+/**
+ * How long a delivery is held through a claim-store outage before it goes
+ * back to the broker: well under RabbitMQ's consumer_timeout (30 minutes by
+ * default), past which the broker closes the channel and returns every
+ * delivery on it.
+ */
+export const HOLD_LIMIT_MS = 10 * 60_000;
+
 function backoffMs(attempt: number, random: () => number): number {
   const cap = Math.min(30_000, 500 * 2 ** Math.min(attempt, 10));
   return cap / 2 + random() * (cap / 2);
@@ -140,11 +150,19 @@ class QueueWorker implements Worker {
     { deps: DeliveryDeps; acks: AckBatcher }
   >();
   private readonly leases: LeaseKeeper;
+  private readonly brokerUrls: string[];
+  /** the next of brokerUrls to try */
+  private nextBroker = 0;
   private readonly shared: ReturnType<QueueWorker['staticDeps']>;
   private conn: ChannelModel | undefined;
   private channel: ConfirmChannel | undefined;
   private consumerTag: string | undefined;
+  /** quorum queues: the queue the broker's delivery limit dead-letters into, and our consumer of it */
+  private overLimitQueue: string | undefined;
+  private overLimitTag: string | undefined;
   private storeOk = false;
+  /** deliveries held through a claim-store outage, waiting for it to end */
+  private readonly heldWaiters = new Set<() => void>();
   /** why the last attempt to reach each failed (cleared on success): /readyz says it */
   private storeTrouble: NotReady | undefined;
   private brokerTrouble: NotReady | undefined;
@@ -175,6 +193,7 @@ class QueueWorker implements Worker {
       revision: config.revision,
     });
     this.topo = topology(config);
+    this.brokerUrls = brokerUrls(config.brokerUrl);
     const pool = new pg.Pool({
       ...poolConfig(config.claimsUrl, config.tlsCaFile),
       // transactional handlers hold a connection each for their whole run
@@ -254,12 +273,13 @@ class QueueWorker implements Worker {
       // Misconfigured: nothing to wait for. Close what start-up opened, so the
       // process can exit with the cause. This is its last log line: the pod's
       // termination message (FallbackToLogsOnError) carries it to the operator.
+      // The problem's message and fix apart (the operator puts both on the
+      // JobWorker): the error's own text already joins them.
       const problem = (err as Misconfigured).problem;
       this.log.error(
-        {
-          err: (err as Error).message,
-          ...(problem && { reason: problem.reason, fix: problem.fix }),
-        },
+        problem
+          ? { reason: problem.reason, message: problem.message, fix: problem.fix }
+          : { err: (err as Error).message },
         'refusing to start',
       );
       await this.health?.close();
@@ -284,6 +304,7 @@ class QueueWorker implements Worker {
         else await this.store.ping();
         this.storeOk = true;
         this.storeTrouble = undefined;
+        this.wakeHeld();
         return;
       } catch (err) {
         this.storeOk = false;
@@ -306,7 +327,10 @@ class QueueWorker implements Worker {
         const ca = this.config.tlsCaFile ? [readFileSync(this.config.tlsCaFile)] : undefined;
         // No Nagle: an ack is a small frame on the way to the next delivery,
         // and must not wait behind an unacknowledged segment.
-        conn = await amqp.connect(this.config.brokerUrl, { noDelay: true, ...(ca ? { ca } : {}) });
+        // A cluster's nodes in turn: each failed attempt, and each lost
+        // connection, moves on to the next address.
+        const url = this.brokerUrls[this.nextBroker++ % this.brokerUrls.length] as string;
+        conn = await amqp.connect(url, { noDelay: true, ...(ca ? { ca } : {}) });
         if (this.retrying.signal.aborted) {
           await conn.close().catch(() => undefined); // stopped while connecting
           return;
@@ -320,7 +344,7 @@ class QueueWorker implements Worker {
         ch.on('error', (err: Error) =>
           this.log.warn({ err: compactReason(err.message) }, 'broker channel error'),
         );
-        await this.declareTopology(conn, ch);
+        this.overLimitQueue = (await this.declareTopology(conn)).overLimit?.name;
         await ch.prefetch(this.config.prefetch);
         if (this.retrying.signal.aborted) throw new Error('stopped while connecting');
         this.conn = conn;
@@ -372,38 +396,72 @@ class QueueWorker implements Worker {
     });
   }
 
-  /** The work queue may already exist (declared by a producer or an admin): then it is used as it is. */
-  private async declareTopology(conn: ChannelModel, ch: Channel): Promise<void> {
-    const ensure = async (q: QueueDecl) => {
-      // A passive check of a missing queue closes its channel: use a throwaway one.
-      const probe = await conn.createChannel();
-      probe.on('error', () => undefined);
-      const exists = await probe.checkQueue(q.name).then(
-        () => true,
-        () => false,
-      );
-      if (exists) await probe.close().catch(() => undefined);
-      else await ch.assertQueue(q.name, q.options);
+  /**
+   * Declares every queue with the arguments this worker relies on. A queue
+   * that exists with other arguments (declared by a producer, an admin or the
+   * messaging-topology-operator) is refused, naming the argument: used as it
+   * is, a quorum queue without our delivery limit and dead-letter target lets
+   * the broker drop messages. The quarantine and the delivery-limit queue
+   * only warn: holding messages already, they must stay readable.
+   */
+  private async declareTopology(conn: ChannelModel): Promise<Topology> {
+    const version = String(conn.connection.serverProperties?.version ?? '');
+    const major = Number(/^(\d+)\./.exec(version)?.[1] ?? NaN);
+    const topo = topology({
+      ...this.config,
+      brokerMajor: Number.isFinite(major) ? major : undefined,
+    });
+    // A refused declare closes its channel: each goes on a throwaway one.
+    const declare = async (q: QueueDecl, strict: boolean) => {
+      const ch = await conn.createChannel();
+      ch.on('error', () => undefined);
+      try {
+        await ch.assertQueue(q.name, q.options);
+      } catch (err) {
+        const refused = queueRefusal(err, q.name, 'declare');
+        if (!refused) throw err;
+        if (strict || refused.problem.reason !== 'QueueArgumentsDiffer') throw refused;
+        this.log.warn(
+          { queue: q.name, err: refused.message, fix: refused.problem.fix },
+          'queue used as it is',
+        );
+        return;
+      }
+      await ch.close().catch(() => undefined);
     };
-    await ensure(this.topo.work);
-    await ensure(this.topo.deadLetter);
-    for (const q of this.topo.tiers.values()) await ch.assertQueue(q.name, q.options);
+    await declare(topo.work, true);
+    await declare(topo.deadLetter, false);
+    if (topo.overLimit) await declare(topo.overLimit, false);
+    for (const q of topo.tiers.values()) await declare(q, true);
+    return topo;
   }
 
   private async consume(): Promise<void> {
     const ch = this.channel;
     if (!ch || this.consumerTag || this.drain.signal.aborted || this.stopped) return;
-    const { consumerTag } = await ch.consume(this.config.queue, (msg) => {
-      if (msg) this.onDelivery(ch, msg);
-      else this.onConsumerCancelled(ch); // the broker cancelled us (queue deleted, node failover)
-    });
-    this.consumerTag = consumerTag;
+    const cancelled = () => this.onConsumerCancelled(ch); // queue deleted, node failover
+    const consumeFrom = async (queue: string, onMessage: (msg: ConsumeMessage) => void) => {
+      try {
+        return (await ch.consume(queue, (msg) => (msg ? onMessage(msg) : cancelled()))).consumerTag;
+      } catch (err) {
+        throw queueRefusal(err, queue, 'consume') ?? err;
+      }
+    };
+    this.consumerTag = await consumeFrom(this.config.queue, (msg) =>
+      this.onDelivery(ch, msg, handleDelivery),
+    );
+    if (this.overLimitQueue)
+      this.overLimitTag = await consumeFrom(this.overLimitQueue, (msg) =>
+        this.onDelivery(ch, msg, handleOverLimit),
+      );
   }
 
   private async stopConsuming(): Promise<void> {
-    const tag = this.consumerTag;
+    const tags = [this.consumerTag, this.overLimitTag];
     this.consumerTag = undefined;
-    if (tag && this.channel) await this.channel.cancel(tag).catch(() => undefined);
+    this.overLimitTag = undefined;
+    for (const tag of tags)
+      if (tag && this.channel) await this.channel.cancel(tag).catch(() => undefined);
   }
 
   /** Deliveries held and the oldest one's age; the map keeps arrival order, so the first is the oldest. */
@@ -415,12 +473,16 @@ class QueueWorker implements Worker {
     };
   }
 
-  private onDelivery(ch: ConfirmChannel, msg: ConsumeMessage): void {
+  private onDelivery(
+    ch: ConfirmChannel,
+    msg: ConsumeMessage,
+    handle: (msg: ConsumeMessage, d: DeliveryDeps) => Promise<DeliveryResult>,
+  ): void {
     const entry: InFlight = { done: Promise.resolve(), since: this.now(), channel: ch };
     this.inflight.set(msg, entry);
     const { deps, acks } = this.forChannel(ch);
     acks.delivered(msg.fields.deliveryTag);
-    entry.done = handleDelivery(msg, deps).then(
+    entry.done = handle(msg, deps).then(
       (result) => {
         this.inflight.delete(msg);
         this.opts.onOutcome?.(result, msg);
@@ -435,7 +497,7 @@ class QueueWorker implements Worker {
   /** What every delivery shares, computed once rather than per message. */
   private staticDeps(): Omit<
     DeliveryDeps,
-    'claimed' | 'publish' | 'ack' | 'requeue' | 'storeDown'
+    'claimed' | 'publish' | 'ack' | 'requeue' | 'storeDown' | 'storeBack'
   > {
     const c = this.config;
     const handlers = new Map(Object.entries(this.opts.handlers));
@@ -459,6 +521,7 @@ class QueueWorker implements Worker {
       storeDeadLetterPayloads: c.deadLetterPayloads === 'store',
       revision: c.revision ?? null,
       drainSignal: this.drain.signal,
+      handlerTimeoutMs: c.handlerTimeoutSeconds * 1000,
       metrics: this.metrics,
       log: this.log,
       now: this.now,
@@ -506,11 +569,41 @@ class QueueWorker implements Worker {
         safe('requeue', () => ch.nack(msg, false, true));
       },
       storeDown: (err) => this.onStoreDown(err),
+      storeBack: (holds, heldSince) => this.storeBack(holds, heldSince),
     };
     return { deps, acks };
   }
 
-  /** Stop taking deliveries until PostgreSQL answers again; nothing is acked meanwhile. */
+  /**
+   * Resolves true when a delivery held through a claim-store outage may try
+   * again: the store takes writes, and a backoff that grows with `holds` has
+   * passed (a store that answers the probe and still refuses the delivery's
+   * statement is not retried hot). False when the worker stops, or the
+   * delivery has been held HOLD_LIMIT_MS: then it goes back to the broker.
+   */
+  private async storeBack(holds: number, heldSince: number): Promise<boolean> {
+    const stopping = this.retrying.signal;
+    await sleep(backoffMs(holds, this.random), stopping);
+    while (!this.storeOk && !stopping.aborted && this.now() - heldSince < HOLD_LIMIT_MS) {
+      await new Promise<void>((resolve) => {
+        this.heldWaiters.add(resolve);
+        // wake to look at the hold limit, whatever the store does
+        setTimeout(() => {
+          this.heldWaiters.delete(resolve);
+          resolve();
+        }, 5000).unref();
+      });
+    }
+    return !stopping.aborted && this.now() - heldSince < HOLD_LIMIT_MS;
+  }
+
+  private wakeHeld(): void {
+    const waiters = [...this.heldWaiters];
+    this.heldWaiters.clear();
+    for (const w of waiters) w();
+  }
+
+  /** Stop taking deliveries until PostgreSQL takes writes again; held deliveries wait for it. */
   private onStoreDown(err: unknown): void {
     if (!this.storeOk) return;
     this.storeOk = false;
@@ -569,6 +662,7 @@ class QueueWorker implements Worker {
     // Connect loops give up now: a worker still starting (the broker or the
     // database unreachable) stops within the deadline, not when they answer.
     this.retrying.abort();
+    this.wakeHeld();
     const startEnded = new AbortController();
     await Promise.race([
       (this.started ?? Promise.resolve()).catch(() => undefined).finally(() => startEnded.abort()),

@@ -308,6 +308,15 @@ export const jobWorkerSpec = z
             'Longest backoff between retries (a Retry-After longer than this is honoured up to it)',
           ),
         deadLetterQueue: queueName.optional().describe('Defaults to "<queue>.dlq"'),
+        handlerTimeoutSeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(86_400)
+          .default(900)
+          .describe(
+            "A run that has not returned after this long is aborted (its signal fires), counted as a failed attempt and retried; its delivery slot is freed. Keep it below RabbitMQ's consumer_timeout (30 minutes by default), which would close the channel and return every delivery on it",
+          ),
       })
       .meta(
         cel([
@@ -323,6 +332,7 @@ export const jobWorkerSpec = z
         maxThrottledRetries: 100,
         initialDelaySeconds: 1,
         maxDelaySeconds: 600,
+        handlerTimeoutSeconds: 900,
       })
       .describe(
         'Retries of transient failures: bounded, jittered, exponential backoff that honours Retry-After',

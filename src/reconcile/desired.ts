@@ -96,6 +96,11 @@ const WORKER_ENV: ReadonlyArray<{
     from: 'spec.retry.deadLetterQueue',
     value: (s) => s.retry.deadLetterQueue ?? `${s.broker.queue}.dlq`,
   },
+  {
+    field: 'handlerTimeoutSeconds',
+    from: 'spec.retry.handlerTimeoutSeconds',
+    value: (s) => s.retry.handlerTimeoutSeconds,
+  },
   { field: 'deadLetterOwner', from: 'spec.deadLetter.owner', value: (s) => s.deadLetter.owner },
   { field: 'leaseSeconds', from: 'spec.claims.leaseSeconds', value: (s) => s.claims.leaseSeconds },
   {

@@ -5,6 +5,7 @@ import { inject } from 'vitest';
 import { createNamespace, type TestNamespace } from './kube.js';
 import { createSchema, type PgSchema } from './postgres.js';
 import { createVhost, type RabbitVhost } from './rabbit.js';
+import type { BrokerName } from './global-setup.js';
 import type { Missing } from './services.js';
 
 function need(service: keyof Missing) {
@@ -14,9 +15,22 @@ function need(service: keyof Missing) {
   return ground;
 }
 
+/** The broker of this project's suites (the machine's, or RabbitMQ 4): its URLs, or why not. */
+export function rabbitUrls(): { amqpUrl: string; rabbitMgmtUrl: string; name: BrokerName } {
+  const name = inject('broker') ?? 'machine';
+  const b = inject('ground').brokers[name];
+  if (b.missing) throw new Error(b.missing);
+  return { amqpUrl: b.amqpUrl, rabbitMgmtUrl: b.rabbitMgmtUrl, name };
+}
+
+/** The queue type this project's workers declare: classic on the machine's broker, quorum on 4. */
+export function queueType(): 'classic' | 'quorum' {
+  return inject('queueType') ?? 'classic';
+}
+
 export function useRabbit(): Promise<RabbitVhost> {
-  const g = need('rabbitmq');
-  return createVhost(g.amqpUrl, g.rabbitMgmtUrl);
+  const { amqpUrl, rabbitMgmtUrl } = rabbitUrls();
+  return createVhost(amqpUrl, rabbitMgmtUrl);
 }
 
 export function usePostgres(): Promise<PgSchema> {

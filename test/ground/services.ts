@@ -38,7 +38,9 @@ function tcpReachable(url: string, timeoutMs = 2000): Promise<boolean> {
   });
 }
 
-async function rabbitProblem(urls: ServiceUrls): Promise<string | undefined> {
+export async function rabbitProblem(
+  urls: Pick<ServiceUrls, 'amqpUrl' | 'rabbitMgmtUrl'>,
+): Promise<string | undefined> {
   if (!(await tcpReachable(urls.amqpUrl))) {
     return `RabbitMQ is not reachable at ${redact(urls.amqpUrl)}: start it (rabbitmq-server -detached) or set JOBFLEET_TEST_AMQP_URL`;
   }

@@ -231,13 +231,22 @@ describe('step 6: claim store unavailable', () => {
         Promise.resolve(w.ready() ? undefined : true),
       );
       expect((await fetch(`http://127.0.0.1:${w.port}/readyz`)).status).toBe(503);
-      // Nothing acked: the jobs are back in the work queue, unconsumed.
+      // Nothing acked, and nothing returned either: the worker holds the 3
+      // deliveries (each return would spend a quorum queue's delivery limit).
+      const stats = () =>
+        h.rabbit.mgmt.get<{ messages_ready?: number; messages_unacknowledged?: number }>(
+          `/queues/${encodeURIComponent(h.rabbit.vhost)}/${QUEUE}`,
+        );
       await eventually(
-        '3 jobs waiting in the work queue',
-        async () => ((await h.messages(QUEUE)) === 3 ? true : undefined),
+        '3 deliveries held unacked by the worker',
+        async () => {
+          const s = await stats();
+          return s.messages_unacknowledged === 3 && s.messages_ready === 0 ? true : undefined;
+        },
         20_000,
       );
       expect(w.outcomes.filter((o) => o === 'completed')).toHaveLength(1);
+      expect(w.outcomes).not.toContain('requeued');
 
       proxy.restore();
       await eventually(
@@ -250,6 +259,7 @@ describe('step 6: claim store unavailable', () => {
         expect(await h.claim(key)).toMatchObject({ state: 'completed' });
       }
       expect(await h.messages(QUEUE)).toBe(0);
+      expect(w.outcomes).not.toContain('requeued');
       await eventually('ready again', () => Promise.resolve(w.ready() ? true : undefined));
     } finally {
       await proxy.close();
@@ -416,7 +426,10 @@ describe('transactional mode', () => {
       async () => ((await h.claim(key))?.state === 'completed' ? true : undefined),
       30_000,
     );
-    expect(w.outcomes[0]).toBe('requeued');
+    // Held, not returned to the broker: tried again once the store answered,
+    // it met its own unexpired claim and waited for the lease ('delayed').
+    expect(w.outcomes[0]).toBe('delayed');
+    expect(w.outcomes).not.toContain('requeued');
     expect(await h.effects(key)).toBe(1);
     expect(runs).toBe(2);
   });

@@ -14,10 +14,23 @@ import {
 } from '../../worker/index.js';
 import { createEffectsTable } from '../fixtures/spawn-effect-worker.js';
 import { eventually } from '../ground/eventually.js';
-import { usePostgres, useRabbit, type PgSchema, type RabbitVhost } from '../ground/index.js';
+import {
+  queueType,
+  usePostgres,
+  useRabbit,
+  type PgSchema,
+  type RabbitVhost,
+} from '../ground/index.js';
+import { topology } from '../../worker/topology.js';
 
 export const CONTRACT = { keyRule: 'order:{orderId}:ship', schemaVersions: [1, 2] };
 export const QUEUE = 'orders.ship';
+const TOPOLOGY = {
+  queue: QUEUE,
+  deadLetterQueue: `${QUEUE}.dlq`,
+  initialDelaySeconds: 1,
+  maxDelaySeconds: 4,
+};
 
 export interface TestWorker extends Worker {
   outcomes: DeliveryResult[];
@@ -48,7 +61,10 @@ export async function harness(): Promise<Harness> {
   await createEffectsTable(db.pool);
   const conn = await amqp.connect(rabbit.amqpUrl);
   const ch = await conn.createConfirmChannel();
-  await ch.assertQueue(QUEUE, { durable: true });
+  // Declared as the workers declare it (the producer's side of the contract):
+  // on RabbitMQ 4 a quorum queue with its delivery limit and dead-letter target.
+  const work = topology({ ...TOPOLOGY, queueType: queueType() }).work;
+  await ch.assertQueue(work.name, work.options);
   const workers: Worker[] = [];
 
   const h: Harness = {
@@ -130,8 +146,9 @@ export async function harness(): Promise<Harness> {
           brokerUrl: rabbit.amqpUrl,
           claimsUrl: db.url,
           metricsPort: 0,
-          initialDelaySeconds: 1,
-          maxDelaySeconds: 4,
+          queueType: queueType(),
+          initialDelaySeconds: TOPOLOGY.initialDelaySeconds,
+          maxDelaySeconds: TOPOLOGY.maxDelaySeconds,
           leaseSeconds: 10,
           drainDeadlineSeconds: 5,
           ...opts.config,

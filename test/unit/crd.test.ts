@@ -29,6 +29,7 @@ describe('the JobWorker CRD', () => {
         maxThrottledRetries: 100,
         initialDelaySeconds: 1,
         maxDelaySeconds: 600,
+        handlerTimeoutSeconds: 900,
       });
       expect(r.spec.scaling.minReplicas).toBe(1);
       expect(r.spec.shutdown.drainDeadlineSeconds).toBe(45);

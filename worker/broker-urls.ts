@@ -1,0 +1,23 @@
+// Several broker addresses in one JOBFLEET_BROKER_URL: a RabbitMQ cluster's
+// nodes as a comma-separated list of amqp(s):// URLs, each with its own
+// credentials (the Secret's one key holds them all). The worker connects to
+// one; when it loses it, it tries the next, as the Java and .NET clients do
+// with an address list. Pure.
+
+/** The URLs in a JOBFLEET_BROKER_URL value, in order. */
+export function brokerUrls(value: string): string[] {
+  return value
+    .split(',')
+    .map((u) => u.trim())
+    .filter(Boolean);
+}
+
+/** The host:port of each URL, for logs (never the credentials). */
+export function brokerHost(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.hostname}:${u.port || (u.protocol === 'amqps:' ? 5671 : 5672)}`;
+  } catch {
+    return 'an unparsable URL';
+  }
+}
