@@ -320,7 +320,7 @@ describe('a worker that refuses to start', () => {
     });
     const exited = new Promise<number>((r) => proc.once('exit', () => r(Date.now())));
     let refusedAt = 0;
-    createInterface({ input: proc.stdout! }).on('line', (line) => {
+    createInterface({ input: proc.stdout }).on('line', (line) => {
       if (line.includes('refusing to start')) refusedAt = Date.now();
     });
     const agent = new http.Agent({ keepAlive: true });
