@@ -2,6 +2,7 @@
 // message's timestamp (classic queues; src/reconcile/queue-age.ts turns them
 // into the age of the oldest waiting message).
 import type { QueueStats } from '../reconcile/queue-age.js';
+import { overLimitQueueName } from '../../worker/topology.js';
 
 interface ManagementQueue {
   type?: string;
@@ -35,7 +36,7 @@ export async function fetchQueueStats(
   const q = await managementGet<ManagementQueue>(
     mgmtUrl,
     `/api/queues/${encodeURIComponent(vhost)}/${encodeURIComponent(queue)}`,
-    `queue ${vhost}/${queue}`,
+    `queue "${queue}" in vhost "${vhost}"`,
     timeoutMs,
   );
   return {
@@ -50,8 +51,9 @@ export async function fetchQueueStats(
 }
 
 /**
- * Messages in the work queue and its retry tiers (`<queue>.retry.*`), ready
- * or unacked: what must be zero before an idempotency-key rule may change.
+ * Messages in the work queue, its retry tiers (`<queue>.retry.*`) and its
+ * delivery-limit queue, ready or unacked: what must be zero before an
+ * idempotency-key rule may change.
  */
 export async function fetchQueuedTotal(
   mgmtUrl: string,
@@ -62,19 +64,50 @@ export async function fetchQueuedTotal(
   const queues = await managementGet<Array<{ name: string; messages?: number }>>(
     mgmtUrl,
     `/api/queues/${encodeURIComponent(vhost)}?columns=name,messages`,
-    `vhost ${vhost}`,
+    `vhost "${vhost}"`,
     timeoutMs,
   );
   return queues
-    .filter((q) => q.name === queue || q.name.startsWith(`${queue}.retry.`))
+    .filter(
+      (q) =>
+        q.name === queue ||
+        q.name === overLimitQueueName(queue) ||
+        q.name.startsWith(`${queue}.retry.`),
+    )
     .reduce((n, q) => n + (q.messages ?? 0), 0);
 }
 
 /**
  * GET from the management API. The URL's credentials go into a header (fetch
- * refuses them in the URL) and never into an error message.
+ * refuses them in the URL) and never into an error message. `mgmtUrls` may
+ * list a cluster's nodes, separated by commas: each is tried in turn until
+ * one answers, so a lost node does not blind the operator.
  */
 async function managementGet<T>(
+  mgmtUrls: string,
+  path: string,
+  what: string,
+  timeoutMs: number,
+): Promise<T> {
+  const urls = mgmtUrls
+    .split(',')
+    .map((u) => u.trim())
+    .filter(Boolean);
+  let unreachable: ManagementApiError | undefined;
+  for (const url of urls) {
+    try {
+      return await managementGetOne<T>(url, path, what, timeoutMs);
+    } catch (err) {
+      if (!(err instanceof Unreachable)) throw err;
+      unreachable = err;
+    }
+  }
+  throw unreachable ?? new ManagementApiError('no RabbitMQ management URL given');
+}
+
+class Unreachable extends ManagementApiError {}
+
+async function managementGetOne<T>(
   mgmtUrl: string,
   path: string,
   what: string,
@@ -94,7 +127,7 @@ async function managementGet<T>(
     });
   } catch (err) {
     const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
-    throw new ManagementApiError(`RabbitMQ management API unreachable at ${where} (${cause})`);
+    throw new Unreachable(`RabbitMQ management API unreachable at ${where} (${cause})`);
   }
   if (res.status === 401)
     throw new ManagementApiError(
@@ -102,6 +135,8 @@ async function managementGet<T>(
     );
   if (res.status === 404)
     throw new ManagementApiError(`not found through the management API (${where})`);
+  if (res.status >= 500)
+    throw new Unreachable(`RabbitMQ management API answered ${res.status} (${where})`);
   if (!res.ok)
     throw new ManagementApiError(`RabbitMQ management API answered ${res.status} (${where})`);
   return (await res.json()) as T;
