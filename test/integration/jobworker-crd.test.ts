@@ -47,6 +47,7 @@ describe('JobWorker CRD', () => {
       maxThrottledRetries: 100,
       initialDelaySeconds: 1,
       maxDelaySeconds: 600,
+      handlerTimeoutSeconds: 900,
     });
     expect(jw.spec.scaling).toMatchObject({
       minReplicas: 1,
