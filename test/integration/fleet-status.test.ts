@@ -166,10 +166,36 @@ describe('workers that cannot work say why on the JobWorker', () => {
     op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000 });
     await g.apply(g.spec({ broker: { urlSecretRef: { name: 'rabbitmq-wrong', key: 'url' } } }));
     const jw = await reported('BrokerAuthRefused');
-    expect(condition(jw, 'WorkersReady')?.message).toContain('Fix: RabbitMQ refused the user');
+    const message = condition(jw, 'WorkersReady')?.message ?? '';
+    expect(message).toContain('Fix: RabbitMQ refused the user');
+    // the fix is said once, after what happened
+    expect(message.split('RabbitMQ refused the user').length - 1).toBe(1);
     expect(JSON.stringify(jw.status)).not.toContain('not-the-password');
     expect((await events('WorkersNotReady')).length).toBeGreaterThan(0);
-  }, 120_000);
+
+    // Fixing the Secret is all it takes: the refusing workers exit, their restarts read
+    // the fixed value, and the JobWorker becomes Available with the same pods.
+    const pods = async () =>
+      (await g.client.list('v1', 'Pod', g.ns.namespace)).items
+        .filter((p) => p.metadata.name.startsWith(NAME))
+        .map((p) => p.metadata.uid)
+        .sort();
+    const before = await pods();
+    expect(before.length).toBeGreaterThan(0);
+    await urlSecrets(g.client, g.ns.namespace, { 'rabbitmq-wrong': g.h.rabbit.amqpUrl });
+    await eventually(
+      'Available after the Secret was fixed',
+      async () => {
+        const j = await g.getJw();
+        return condition(j, 'Available')?.status === 'True' &&
+          condition(j, 'WorkersReady')?.status === 'True'
+          ? j
+          : undefined;
+      },
+      90_000,
+    );
+    expect(await pods()).toEqual(before);
+  }, 240_000);
 
   it('the claims database unreachable: ClaimsStoreUnreachable, with the fix', async () => {
     const url = new URL(g.h.db.url);
