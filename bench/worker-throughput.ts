@@ -14,6 +14,8 @@
 import { parseArgs } from 'node:util';
 import { pathToFileURL } from 'node:url';
 import pg from 'pg';
+import { freePort } from '../test/ground/control-plane.js';
+import { rabbitmq4Root, startRabbitNode, type RabbitNode } from '../test/ground/rabbitmq-node.js';
 import { configuredUrls } from '../test/ground/services.js';
 import { BenchDatabase, type PgCounters } from './peers/bench-database.js';
 import { redisFacts, redisPersistence } from './peers/bullmq.js';
@@ -80,6 +82,8 @@ interface Row {
   processes: number;
   /** also measured in the latency run */
   latency?: boolean;
+  /** RabbitMQ 4 from the test ground's chroot, with this queue type (the machine's broker otherwise) */
+  rabbitmq4?: 'classic' | 'quorum';
 }
 
 const ROWS: Row[] = [
@@ -116,7 +120,30 @@ const ROWS: Row[] = [
     latency: true,
   },
   { system: 'bullmq', config: 'concurrency 64', options: {}, processes: 1, latency: true },
+  // RabbitMQ 4: the same consumers on a classic and on a quorum queue, so that
+  // what the replicated type costs reads apart from what the broker's version does.
+  ...(['classic', 'quorum'] as const).flatMap((type) =>
+    (['raw', 'jobfleet'] as const).map((system): Row => ({
+      system,
+      config: `RabbitMQ 4 ${type} queue, prefetch 64`,
+      options: { prefetch: 64 },
+      processes: 1,
+      rabbitmq4: type,
+    })),
+  ),
 ];
+
+/** The services a row consumes from: the machine's broker, or RabbitMQ 4 with the row's queue type. */
+function rowServices(row: Row, services: Services, rabbitmq4?: BrokerUrls): Services {
+  if (!row.rabbitmq4) return services;
+  if (!rabbitmq4) throw new Error('RabbitMQ 4 is not running');
+  return { ...services, ...rabbitmq4, queueType: row.rabbitmq4 };
+}
+
+interface BrokerUrls {
+  amqpUrl: string;
+  rabbitMgmtUrl: string;
+}
 
 const label = (r: Row) => `${systems[r.system].label} (${r.config})`;
 const median = (xs: number[]) => {
@@ -318,13 +345,16 @@ async function postgresDurability(pgUrl: string): Promise<string> {
 }
 
 /** The rows asked for whose system can run here, and why the others cannot. */
-async function availableRows(opts: WorkerBenchOptions, services: Services) {
+async function availableRows(opts: WorkerBenchOptions, services: Services, rabbitmq4: boolean) {
   const skipped: WorkerBenchResult['skipped'] = [];
   const rows: Row[] = [];
   for (const row of ROWS) {
     if (opts.only && row.system !== 'raw' && !opts.only.includes(row.system)) continue;
     if (opts.match && row.system !== 'raw' && !label(row).includes(opts.match)) continue;
-    const why = await systems[row.system].unavailable?.(services);
+    const why =
+      row.rabbitmq4 && !rabbitmq4
+        ? 'RabbitMQ 4 is not built: run `make rabbitmq4` (needs root)'
+        : await systems[row.system].unavailable?.(services);
     if (why) {
       skipped.push({ label: label(row), why });
       console.error(`skipping ${label(row)}: ${why}`);
@@ -337,12 +367,15 @@ export async function runWorkerBench(opts: WorkerBenchOptions): Promise<WorkerBe
   const urls = configuredUrls();
   const redisUrl = process.env.JOBFLEET_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
   const db = await BenchDatabase.create(urls.pgUrl);
+  const root = rabbitmq4Root();
+  const node = root ? await startBenchRabbitmq4(root) : undefined;
   // Ctrl-C reaches the consumer processes too; the database is ours to remove.
-  const onInterrupt = () => void db.drop().finally(() => process.exit(130));
+  const onInterrupt = () =>
+    void Promise.all([db.drop(), node?.stop()]).finally(() => process.exit(130));
   process.once('SIGINT', onInterrupt);
   try {
     const services: Services = { ...urls, pgUrl: db.url, redisUrl };
-    const { rows, skipped } = await availableRows(opts, services);
+    const { rows, skipped } = await availableRows(opts, services, !!node);
     for (const s of serversNotSeen())
       console.error(`no ${s} process in /proc: its CPU column reads 0 (another PID namespace?)`);
     const redis = await redisFacts(redisUrl);
@@ -350,11 +383,31 @@ export async function runWorkerBench(opts: WorkerBenchOptions): Promise<WorkerBe
       postgres: await postgresDurability(urls.pgUrl),
       ...(redis && { redis: redisPersistence(redis) }),
     };
-    return await measure(opts, rows, services, db, { skipped, durability });
+    return await measure(opts, rows, services, db, {
+      skipped,
+      durability,
+      ...(node && { rabbitmq4: { amqpUrl: node.amqpUrl, rabbitMgmtUrl: node.mgmtUrl } }),
+    });
   } finally {
     process.off('SIGINT', onInterrupt);
     await db.drop();
+    await node?.stop();
   }
+}
+
+/** RabbitMQ 4 from the test ground's chroot, beside the machine's broker, for the bench's rows on it. */
+async function startBenchRabbitmq4(root: string): Promise<RabbitNode> {
+  const node = await startRabbitNode({
+    root,
+    name: `bench-${process.pid}`,
+    amqpPort: await freePort(),
+    mgmtPort: await freePort(),
+    distPort: await freePort(),
+    epmdPort: await freePort(),
+    reapWith: process.pid,
+  });
+  console.error(`RabbitMQ ${node.version} (chroot) at ${node.amqpUrl.replace(/\/\/.*@/, '//')}`);
+  return node;
 }
 
 /** Empty runs, then the interleaved throughput runs, then the latency runs. */
@@ -363,7 +416,7 @@ async function measure(
   rows: Row[],
   services: Services,
   db: BenchDatabase,
-  found: Pick<WorkerBenchResult, 'skipped' | 'durability'>,
+  found: Pick<WorkerBenchResult, 'skipped' | 'durability'> & { rabbitmq4?: BrokerUrls },
 ): Promise<WorkerBenchResult> {
   // A system that breaks is reported as such; the others still run.
   const failed = new Map<Row, string>();
@@ -382,7 +435,9 @@ async function measure(
   // cost, taken out of the per-job figure.
   const overhead = new Map<Row, PgCounters>();
   for (const row of rows.filter((r) => systems[r.system].usesPostgres)) {
-    const m = await attempt(row, 'empty run', () => throughputOnce(row, 0, services, db));
+    const m = await attempt(row, 'empty run', () =>
+      throughputOnce(row, 0, rowServices(row, services, found.rabbitmq4), db),
+    );
     if (!m?.pg) continue;
     overhead.set(row, m.pg);
     console.error(`${label(row)}: empty run, ${m.pg.transactions} transactions`);
@@ -393,7 +448,7 @@ async function measure(
   for (let i = 0; i < opts.runs; i++) {
     for (const row of rows) {
       const m = await attempt(row, `run ${i + 1}`, () =>
-        throughputOnce(row, opts.jobs, services, db),
+        throughputOnce(row, opts.jobs, rowServices(row, services, found.rabbitmq4), db),
       );
       if (!m) continue;
       runs.get(row)?.push(m);
@@ -427,8 +482,11 @@ async function measure(
     console.error(
       `heap: ${heapRun.readings.map((h) => `${h.jobs} jobs ${(h.heapBytes / 2 ** 20).toFixed(1)} MiB`).join(', ')}`,
     );
-  const rawRow = rows.find((r) => r.system === 'raw');
-  const raw = (rawRow && !failed.has(rawRow) && runs.get(rawRow)) || [];
+  // each row against raw amqplib on the same broker and queue type
+  const rawOf = (row: Row) => {
+    const rawRow = rows.find((r) => r.system === 'raw' && r.rabbitmq4 === row.rabbitmq4);
+    return (rawRow && !failed.has(rawRow) && runs.get(rawRow)) || [];
+  };
   const skipped = [
     ...found.skipped,
     ...[...failed].map(([row, why]) => ({ label: label(row), why })),
@@ -441,7 +499,14 @@ async function measure(
     rows: rows
       .filter((row) => !failed.has(row))
       .map((row) =>
-        resultRow(row, runs.get(row) ?? [], raw, opts.jobs, overhead.get(row), latencies.get(row)),
+        resultRow(
+          row,
+          runs.get(row) ?? [],
+          rawOf(row),
+          opts.jobs,
+          overhead.get(row),
+          latencies.get(row),
+        ),
       ),
   };
 }

@@ -1,8 +1,11 @@
 // The RabbitMQ side that raw amqplib and jobfleet share: a fresh vhost per
-// run and one classic durable queue, filled with persistent messages through
-// jobfleet's own publish() (confirmed), so both consume identical bytes.
+// run and one durable queue (classic, or quorum with a row's `quorum` option),
+// declared as jobfleet's topology declares it and filled with persistent
+// messages through jobfleet's own publish() (confirmed), so both consume
+// identical bytes.
 import amqp from 'amqplib';
 import { publish } from '../../worker/index.js';
+import { topology } from '../../worker/topology.js';
 import { createVhost, type RabbitVhost } from '../../test/ground/rabbit.js';
 import { sendAll, type BenchJob, type Producer, type Services } from './system.js';
 
@@ -11,7 +14,14 @@ export const JOB_TYPE = 'noop';
 export const KEY_RULE = 'bench:{n}';
 
 /** As jobfleet's topology declares its work queue, so a pre-declared queue matches. */
-const queueOptions = { durable: true, arguments: { 'x-queue-type': 'classic' } };
+export const queueOptions = (queueType: 'classic' | 'quorum') =>
+  topology({
+    queue: QUEUE,
+    deadLetterQueue: `${QUEUE}.dlq`,
+    queueType,
+    initialDelaySeconds: 1,
+    maxDelaySeconds: 600,
+  }).work.options;
 
 const job = (payload: BenchJob) => ({
   type: JOB_TYPE,
@@ -26,12 +36,15 @@ export interface AmqpQueue {
   openProducer(): Promise<Producer>;
 }
 
-export async function amqpQueue(services: Services): Promise<AmqpQueue> {
+export async function amqpQueue(
+  services: Services,
+  queueType: 'classic' | 'quorum' = 'classic',
+): Promise<AmqpQueue> {
   const vhost = await createVhost(services.amqpUrl, services.rabbitMgmtUrl);
   const channel = async () => {
     const conn = await amqp.connect(vhost.amqpUrl);
     const ch = await conn.createConfirmChannel();
-    await ch.assertQueue(QUEUE, queueOptions);
+    await ch.assertQueue(QUEUE, queueOptions(queueType));
     return { conn, ch };
   };
   return {

@@ -15,10 +15,14 @@ export const system: System = {
     'createWorker from worker/index.ts, no-op handler, external mode, defaults otherwise; prefetch per row',
   usesPostgres: true,
   prepare: async (services) => {
-    const q = await amqpQueue(services);
+    const q = await amqpQueue(services, services.queueType);
     const db = await createSchema(services.pgUrl);
     return {
-      target: { amqpUrl: q.vhost.amqpUrl, claimsUrl: db.url },
+      target: {
+        amqpUrl: q.vhost.amqpUrl,
+        claimsUrl: db.url,
+        queueType: services.queueType ?? 'classic',
+      },
       fill: (n) => q.fill(n),
       openProducer: () => q.openProducer(),
       cleanup: async () => {
@@ -50,6 +54,7 @@ export const system: System = {
             brokerUrl: target.amqpUrl as string,
             claimsUrl: target.claimsUrl as string,
             prefetch: options.prefetch ?? 64,
+            queueType: target.queueType === 'quorum' ? 'quorum' : 'classic',
             metricsPort: 0,
           },
         });

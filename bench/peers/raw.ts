@@ -12,7 +12,7 @@ export const system: System = {
   settings: 'consume + ack, prefetch 64, the body JSON-decoded; the same messages jobfleet gets',
   usesPostgres: false,
   prepare: async (services) => {
-    const q = await amqpQueue(services);
+    const q = await amqpQueue(services, services.queueType);
     return {
       target: { amqpUrl: q.vhost.amqpUrl },
       fill: (n) => q.fill(n),

@@ -28,6 +28,8 @@ export interface Services {
   /** the bench's own database: its pg_stat_database row counts our traffic only */
   pgUrl: string;
   redisUrl: string;
+  /** the type of the RabbitMQ queue raw amqplib and jobfleet consume (classic unless a row says) */
+  queueType?: 'classic' | 'quorum';
 }
 
 /** Serialisable: what a consumer in another process needs to find its queue. */
