@@ -1,0 +1,164 @@
+// A three-node RabbitMQ 4 cluster, each node a host of its own (a network
+// namespace): the node leading the work queue is killed, or cut off and
+// reconnected, while worker processes drain 5,000 jobs from a quorum queue
+// replicated on all three. Nothing is lost or done twice, the fleet keeps
+// draining through the other nodes, the operator's queue read keeps working
+// through a surviving node's management API, and the node rejoins.
+// RabbitMQ 4 only (the integration-rabbitmq4 project).
+import amqp from 'amqplib';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { fetchQueueStats } from '../../src/signals/rabbitmq.js';
+import { publish } from '../../worker/index.js';
+import { topology } from '../../worker/topology.js';
+import {
+  createEffectsTable,
+  spawnEffectWorker,
+  type WorkerProcess,
+} from '../fixtures/spawn-effect-worker.js';
+import { eventually } from '../ground/eventually.js';
+import { usePostgres, type PgSchema } from '../ground/index.js';
+import { startRabbitCluster, type RabbitCluster } from '../ground/rabbitmq-cluster.js';
+import { rabbitmq4Root } from '../ground/rabbitmq-node.js';
+import { CONTRACT } from './worker-harness.js';
+
+const JOBS = 5000;
+let cluster: RabbitCluster;
+let db: PgSchema;
+const workers: WorkerProcess[] = [];
+
+beforeAll(async () => {
+  const root = rabbitmq4Root();
+  if (!root) throw new Error('RabbitMQ 4 is not built: run `make rabbitmq4`');
+  cluster = await startRabbitCluster(root, 3);
+}, 180_000);
+afterAll(async () => {
+  await cluster?.stop();
+});
+beforeEach(async () => {
+  db = await usePostgres();
+  await createEffectsTable(db.pool);
+});
+afterEach(async () => {
+  for (const w of workers.splice(0)) w.proc.kill('SIGKILL');
+  await db?.cleanup();
+});
+
+interface QueueInfo {
+  leader?: string;
+  members?: string[];
+  online?: string[];
+  messages?: number;
+}
+
+const queueInfo = (queue: string, via = cluster.mgmtUrls) =>
+  fetch(`${new URL(via.split(',')[0]!).origin}/api/queues/%2F/${encodeURIComponent(queue)}`, {
+    headers: { authorization: `Basic ${Buffer.from('guest:guest').toString('base64')}` },
+  }).then((r) => r.json() as Promise<QueueInfo>);
+
+for (const fault of ['killed (SIGKILL)', 'cut off, then reconnected'] as const) {
+  describe(`the node leading the work queue ${fault}`, () => {
+    it('mid-drain of 5,000 jobs: 0 lost, 0 duplicate effects, the fleet drains on through the other nodes, age is read through a survivor, the node rejoins', async () => {
+      const queue = `cluster.${fault.startsWith('killed') ? 'kill' : 'cut'}.${Date.now()}`;
+      const t = topology({
+        queue,
+        deadLetterQueue: `${queue}.dlq`,
+        queueType: 'quorum',
+        initialDelaySeconds: 1,
+        maxDelaySeconds: 4,
+      });
+      const conn = await amqp.connect(cluster.nodes[0]!.amqpUrl);
+      const ch = await conn.createConfirmChannel();
+      await ch.assertQueue(t.work.name, t.work.options);
+      const keys: string[] = [];
+      for (let i = 0; i < JOBS; i++)
+        keys.push(
+          (
+            await publish(ch, queue, {
+              type: 'ship',
+              schemaVersion: 1,
+              payload: { orderId: `c-${i}` },
+              keyRule: CONTRACT.keyRule,
+            })
+          ).key,
+        );
+      await conn.close();
+      const info = await eventually('the queue on all three nodes', async () => {
+        const q = await queueInfo(queue);
+        return q.leader && q.members?.length === 3 && q.online?.length === 3 ? q : undefined;
+      });
+      const leader = cluster.nodes.findIndex((n) => n.nodename === info.leader);
+      expect(leader).toBeGreaterThanOrEqual(0);
+      const survivor = (leader + 1) % 3;
+
+      for (let i = 0; i < 3; i++)
+        workers.push(
+          await spawnEffectWorker({
+            JOBFLEET_QUEUE: queue,
+            JOBFLEET_QUEUE_TYPE: 'quorum',
+            // every node, starting with a different one for each worker
+            JOBFLEET_BROKER_URL: [0, 1, 2]
+              .map((k) => cluster.nodes[(i + k) % 3]!.amqpUrl)
+              .join(','),
+            JOBFLEET_CLAIMS_URL: db.url,
+            JOBFLEET_TEST_HANDLER_MS: '5',
+            JOBFLEET_PREFETCH: '16',
+            JOBFLEET_LEASE_SECONDS: '10',
+          }),
+        );
+      const done = async () =>
+        (await db.pool.query<{ n: number }>('select count(distinct key)::int as n from effects'))
+          .rows[0]!.n;
+      await eventually('a fifth drained', async () =>
+        (await done()) >= JOBS / 5 ? true : undefined,
+      );
+
+      if (fault.startsWith('killed')) await cluster.kill(leader);
+      else await cluster.cut(leader);
+      const atFault = await done();
+      expect(atFault).toBeLessThan(JOBS);
+
+      // The operator's read, given every node's management URL, answers through a
+      // survivor: at once for a killed node; for a cut-off one, once the others
+      // have noticed (Erlang's net_ticktime, 60 s by default) and elected a new leader.
+      const stats = await eventually(
+        'the queue read through a surviving node',
+        () => fetchQueueStats(cluster.mgmtUrls, '/', queue, 5000),
+        120_000,
+        1000,
+      );
+      expect(stats.type).toBe('quorum');
+
+      await eventually(
+        'every job done',
+        async () => ((await done()) === JOBS ? true : undefined),
+        240_000,
+        500,
+      );
+      const { rows: twice } = await db.pool.query(
+        'select key, count(*)::int as n from effects group by key having count(*) > 1',
+      );
+      expect(twice).toEqual([]);
+      const { rows: completed } = await db.pool.query<{ n: number }>(
+        "select count(*)::int as n from jobfleet_claims where state = 'completed'",
+      );
+      expect(completed[0]!.n).toBe(JOBS);
+      await eventually('the work queue empty', async () => {
+        const q = await queueInfo(queue, cluster.nodes[survivor]!.mgmtUrl);
+        return q.messages === 0 ? true : undefined;
+      });
+
+      if (fault.startsWith('killed')) await cluster.restart(leader);
+      else await cluster.reconnect(leader);
+      await eventually(
+        'the node back in the cluster and the queue',
+        async () => {
+          const nodes = await cluster.running(survivor);
+          const q = await queueInfo(queue, cluster.nodes[survivor]!.mgmtUrl);
+          return nodes.length === 3 && q.online?.length === 3 ? true : undefined;
+        },
+        120_000,
+        1000,
+      );
+    }, 420_000);
+  });
+}
