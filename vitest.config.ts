@@ -15,6 +15,11 @@ const integration = {
   maxWorkers: 2,
 };
 
+/** Suites of RabbitMQ 4 nodes of their own (a cluster, a broker-wide alarm): they run once, there. */
+const rabbitmq4Only = ['rabbitmq-cluster', 'rabbitmq-alarms'].map(
+  (f) => `test/integration/${f}.test.ts`,
+);
+
 /** Suites that never talk to a broker: they run once. */
 const brokerless = [
   'chart',
@@ -44,8 +49,7 @@ export default defineConfig({
           ...integration,
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
-          // the three-node cluster is RabbitMQ 4's alone
-          exclude: ['test/integration/rabbitmq-cluster.test.ts'],
+          exclude: rabbitmq4Only,
           sequence: { groupOrder: 1 },
           provide: { broker: 'machine' as const, queueType: 'classic' as const },
         },

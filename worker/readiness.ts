@@ -14,6 +14,7 @@ export const NOT_READY_REASONS = [
   'BrokerVhostMissing',
   'BrokerPermissionRefused',
   'QueueArgumentsDiffer',
+  'BrokerResourceAlarm',
   'ClaimsStoreUnreachable',
   'ClaimsStoreAuthRefused',
   'ClaimsDatabaseMissing',

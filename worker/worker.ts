@@ -157,6 +157,8 @@ class QueueWorker implements Worker {
   private overLimitQueue: string | undefined;
   private overLimitTag: string | undefined;
   private storeOk = false;
+  /** the broker's connection.blocked reason while a resource alarm lasts */
+  private blocked: string | undefined;
   /** deliveries held through a claim-store outage, waiting for it to end */
   private readonly heldWaiters = new Set<() => void>();
   /** why the last attempt to reach each failed (cleared on success): /readyz says it */
@@ -236,6 +238,13 @@ class QueueWorker implements Worker {
       };
     if (!this.storeOk) return { ready: false, ...(this.storeTrouble ?? starting('PostgreSQL')) };
     if (!this.channel) return { ready: false, ...(this.brokerTrouble ?? starting('RabbitMQ')) };
+    if (this.blocked !== undefined)
+      return {
+        ready: false,
+        reason: 'BrokerResourceAlarm',
+        message: `RabbitMQ blocks this connection's publishes: ${this.blocked || 'a resource alarm'}`,
+        fix: 'free memory or disk on the broker (rabbitmq-diagnostics alarms names the node and the resource); until then retries and dead letters wait, and deliveries are held unacked',
+      };
     if (!this.consumerTag)
       return {
         ready: false,
@@ -336,6 +345,16 @@ class QueueWorker implements Worker {
         );
         const opened = conn;
         conn.on('close', () => this.onBrokerClosed(opened));
+        // A memory or disk alarm: the broker stops reading this connection's
+        // publishes (retry copies, dead letters) until it clears.
+        conn.on('blocked', (reason: unknown) => {
+          this.blocked = String(reason ?? '');
+          this.log.warn({ reason: this.blocked }, 'broker resource alarm: publishes blocked');
+        });
+        conn.on('unblocked', () => {
+          this.blocked = undefined;
+          this.log.info('broker resource alarm cleared');
+        });
         const ch = await conn.createConfirmChannel();
         ch.on('error', (err: Error) =>
           this.log.warn({ err: compactReason(err.message) }, 'broker channel error'),
@@ -367,6 +386,7 @@ class QueueWorker implements Worker {
   private onBrokerClosed(conn: ChannelModel): void {
     if (conn !== this.conn) return;
     this.conn = undefined;
+    this.blocked = undefined;
     this.channel = undefined;
     this.consumerTag = undefined;
     if (this.retrying.signal.aborted) return;
