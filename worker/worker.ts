@@ -347,8 +347,8 @@ class QueueWorker implements Worker {
         conn.on('close', () => this.onBrokerClosed(opened));
         // A memory or disk alarm: the broker stops reading this connection's
         // publishes (retry copies, dead letters) until it clears.
-        conn.on('blocked', (reason: unknown) => {
-          this.blocked = String(reason ?? '');
+        conn.on('blocked', (reason?: string) => {
+          this.blocked = typeof reason === 'string' ? reason : '';
           this.log.warn({ reason: this.blocked }, 'broker resource alarm: publishes blocked');
         });
         conn.on('unblocked', () => {
