@@ -60,6 +60,8 @@ export interface WorkerBenchResult {
   rows: ResultRow[];
   skipped: Array<{ label: string; why: string }>;
   durability: { postgres: string; redis?: { durable: boolean; words: string } };
+  /** the RabbitMQ 4 the "RabbitMQ 4" rows ran on, when it ran */
+  rabbitmq4Version?: string;
 }
 
 export function renderWorkerSection(r: WorkerBenchResult): string {
@@ -108,6 +110,12 @@ export function renderWorkerSection(r: WorkerBenchResult): string {
 \`--expose-gc\`); heap used after a full GC at ${early.jobs} jobs: ${mib(early.heapBytes)} MiB, at ${late.jobs}: ${mib(late.heapBytes)} MiB
 (${late.heapBytes >= early.heapBytes ? '+' : ''}${f((late.heapBytes / early.heapBytes - 1) * 100, 1)} %). Anything kept per job processed would show as growth.\n`
       : '';
+  const rabbitmq4 = r.rabbitmq4Version
+    ? `\nThe "RabbitMQ 4" rows: RabbitMQ ${r.rabbitmq4Version} (Debian 13's package, from the test ground's chroot, \`make rabbitmq4\`),
+one node started by the bench beside the machine's broker; quorum queues are declared as jobfleet declares them
+(delivery limit and dead-letter target). Their ratio is against raw amqplib on the same broker and queue type. The
+RabbitMQ CPU column sums both brokers' \`beam.smp\` processes: the idle one adds its housekeeping.\n`
+    : '';
   const skipped = r.skipped.length
     ? `\nNot in the table: ${r.skipped.map((s) => `${s.label}: ${s.why}`).join('; ')}.\n`
     : '';
@@ -118,7 +126,7 @@ median of ${opts.runs} run(s) of every row, interleaved; "vs raw" is jobs/s over
 | system | configuration | jobs/s | vs raw amqplib | worker CPU ms / 1k jobs | PostgreSQL CPU ms / 1k jobs | RabbitMQ CPU ms / 1k jobs | Redis CPU ms / 1k jobs | all CPU ms / 1k jobs | PostgreSQL transactions / job | rows written / job | durable |
 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
 ${table}
-${skipped}
+${rabbitmq4}${skipped}
 Durable: raw amqplib and jobfleet publish persistent messages with confirms to a durable queue; jobfleet's claims and
 pg-boss's and graphile-worker's jobs are in PostgreSQL with ${r.durability.postgres}.${bullmqNote} The consumer,
 PostgreSQL, RabbitMQ and Redis share this machine's cores: compare the rows of one run.

@@ -383,11 +383,15 @@ export async function runWorkerBench(opts: WorkerBenchOptions): Promise<WorkerBe
       postgres: await postgresDurability(urls.pgUrl),
       ...(redis && { redis: redisPersistence(redis) }),
     };
-    return await measure(opts, rows, services, db, {
+    const result = await measure(opts, rows, services, db, {
       skipped,
       durability,
       ...(node && { rabbitmq4: { amqpUrl: node.amqpUrl, rabbitMgmtUrl: node.mgmtUrl } }),
     });
+    return {
+      ...result,
+      ...(node && rows.some((r) => r.rabbitmq4) && { rabbitmq4Version: node.version }),
+    };
   } finally {
     process.off('SIGINT', onInterrupt);
     await db.drop();
