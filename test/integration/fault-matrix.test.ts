@@ -7,6 +7,7 @@ import { eventually } from '../ground/eventually.js';
 import { startTcpProxy, viaProxy, type TcpProxy } from '../ground/tcp-proxy.js';
 import { spawnEffectWorker, type WorkerProcess } from '../fixtures/spawn-effect-worker.js';
 import { QUEUE, harness, type Harness } from './worker-harness.js';
+import { queueType } from '../ground/index.js';
 
 let h: Harness;
 const procs: ChildProcess[] = [];
@@ -29,6 +30,7 @@ afterEach(async () => {
 async function worker(env: Record<string, string> = {}): Promise<WorkerProcess> {
   const w = await spawnEffectWorker({
     JOBFLEET_QUEUE: QUEUE,
+    JOBFLEET_QUEUE_TYPE: queueType(),
     JOBFLEET_BROKER_URL: h.rabbit.amqpUrl,
     JOBFLEET_CLAIMS_URL: h.db.url,
     JOBFLEET_INITIAL_DELAY_SECONDS: '1',

@@ -12,6 +12,7 @@ import { spawnEffectWorker, type WorkerProcess } from '../fixtures/spawn-effect-
 import { eventually } from '../ground/eventually.js';
 import { startTcpProxy, viaProxy, type TcpProxy } from '../ground/tcp-proxy.js';
 import { QUEUE, harness, metricValue, type Harness } from './worker-harness.js';
+import { queueType } from '../ground/index.js';
 
 let h: Harness;
 let store: ClaimStore;
@@ -275,6 +276,7 @@ describe('group commit in a worker', () => {
   it('SIGKILL between a batch commit and its acks: every job of the batch redelivered, each recorded once, acked as a duplicate', async () => {
     const env = {
       JOBFLEET_QUEUE: QUEUE,
+      JOBFLEET_QUEUE_TYPE: queueType(),
       JOBFLEET_BROKER_URL: h.rabbit.amqpUrl,
       JOBFLEET_CLAIMS_URL: h.db.url,
       JOBFLEET_PREFETCH: '16',

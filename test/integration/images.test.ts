@@ -10,7 +10,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, repoRoot } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
-import { useKube } from '../ground/index.js';
+import { queueType, useKube } from '../ground/index.js';
 import { QUEUE, harness } from './worker-harness.js';
 
 const run = promisify(execFile);
@@ -129,6 +129,7 @@ describe('the images', () => {
       const port = await freePort();
       const { proc, exited } = start(target('example-worker').entrypoint, {
         JOBFLEET_QUEUE: QUEUE,
+        JOBFLEET_QUEUE_TYPE: queueType(),
         JOBFLEET_BROKER_URL: h.rabbit.amqpUrl,
         JOBFLEET_CLAIMS_URL: h.db.url,
         JOBFLEET_METRICS_PORT: String(port),

@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { freePort, repoRoot } from '../ground/control-plane.js';
 import { harness, QUEUE, type Harness } from './worker-harness.js';
+import { queueType } from '../ground/index.js';
 
 let h: Harness;
 beforeEach(async () => {
@@ -25,6 +26,7 @@ function runWorker(env: Record<string, string>) {
       LOG_LEVEL: 'error',
       JOBFLEET_METRICS_PORT: '0',
       JOBFLEET_QUEUE: QUEUE,
+      JOBFLEET_QUEUE_TYPE: queueType(),
       JOBFLEET_BROKER_URL: h.rabbit.amqpUrl,
       JOBFLEET_CLAIMS_URL: h.db.url,
       ...env,
