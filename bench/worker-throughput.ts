@@ -396,6 +396,7 @@ export async function runWorkerBench(opts: WorkerBenchOptions): Promise<WorkerBe
     process.off('SIGINT', onInterrupt);
     await db.drop();
     await node?.stop();
+    await node?.removeData();
   }
 }
 

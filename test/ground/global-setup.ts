@@ -65,7 +65,8 @@ function makeGround(): Shared {
   const info = (async (): Promise<GroundInfo> => {
     const [services, rabbitmq4] = await Promise.all([findServices(), startRabbitmq4()]);
     stops.push(() => services.stop());
-    if (rabbitmq4.node) stops.push(() => rabbitmq4.node?.stop() ?? Promise.resolve());
+    const node = rabbitmq4.node;
+    if (node) stops.push(() => node.stop().then(() => node.removeData()));
     const missing: Missing = { ...services.missing };
     let plane: ControlPlane | undefined;
     let kubeconfigPath = '';

@@ -145,7 +145,9 @@ export async function startRabbitNode(o: RabbitNodeOptions): Promise<RabbitNode>
   if (o.reapWith) {
     const reaper = spawn(
       process.execPath,
-      [path.join(here, 'reaper.mjs'), String(o.reapWith), hostHome, String(child.pid)],
+      // the process group (a negative pid): the node's first process, a shell
+      // in its own PID namespace, ignores a signal sent to it alone
+      [path.join(here, 'reaper.mjs'), String(o.reapWith), hostHome, String(-(child.pid as number))],
       { detached: true, stdio: 'ignore' },
     );
     reaper.unref();
