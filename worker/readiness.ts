@@ -102,8 +102,21 @@ export function claimStoreMisconfiguration(err: unknown): Omit<NotReady, 'messag
   }
 }
 
-/** The permission each queue operation needs (RabbitMQ's access control). */
-const PERMISSION = { declare: 'configure', consume: 'read', publish: 'write' } as const;
+/**
+ * The permissions each queue operation needs (RabbitMQ's access control): a
+ * declare needs configure on the queue and, when the queue has a dead-letter
+ * target (the work queue, the retry tiers), read on it and write on the
+ * default exchange as well.
+ */
+const PERMISSION = {
+  declare: 'configure (and, for a queue with a dead-letter target, read; write on amq.default)',
+  consume: 'read',
+  publish: 'write',
+} as const;
+
+/** RabbitMQ's own words, without amqplib's framing: "access to queue 'x' in vhost 'v' refused for user 'u'". */
+const compactRefusal = (message: string) =>
+  /ACCESS[-_]REFUSED - (.*?)"?$/.exec(message)?.[1] ?? 'ACCESS_REFUSED';
 
 /** The broker refused an operation on one of the worker's queues: no retry fixes it. */
 export class QueueRefused extends Error {
@@ -132,9 +145,9 @@ export function queueRefusal(
     return new QueueRefused(
       {
         reason: 'BrokerPermissionRefused',
-        fix: `grant the broker user ${permission} permission on queue "${queue}" in its vhost (rabbitmqctl set_permissions: the ${permission} pattern must match it); the worker needs configure on its own queues, read on the work queues, write on the default exchange`,
+        fix: `grant the broker user ${permission} permission on queue "${queue}" in its vhost (rabbitmqctl set_permissions; docs/compatibility.md has a least-privilege grant)`,
       },
-      `RabbitMQ refused to ${operation} queue "${queue}": the user lacks ${permission} permission`,
+      `RabbitMQ refused to ${operation} queue "${queue}" (${compactRefusal(message)})`,
     );
   }
   const arg = /inequivalent arg '([^']+)' for queue '[^']*' in vhost '[^']*': (.*)$/.exec(message);
