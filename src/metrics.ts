@@ -1,4 +1,4 @@
-// Operator metrics (DESIGN.md §3); labels: namespace and jobworker only.
+// Operator metrics (docs/scaling.md and the runbook use them); labels: namespace and jobworker only.
 import client from 'prom-client';
 import { collectProcessMetrics } from '../worker/metrics.js';
 

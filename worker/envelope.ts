@@ -1,4 +1,4 @@
-// The message envelope (DESIGN.md §2) and the pure decision of whether a
+// The message envelope (docs/worker.md, "What a message may hold") and the pure decision of whether a
 // delivery can be run at all. Anything that fails here is dead-lettered at
 // once: retrying a malformed message cannot fix it.
 import { z } from 'zod';

@@ -1,4 +1,4 @@
-// Worker metrics (DESIGN.md §3). Labels are bounded: job type, outcome,
+// Worker metrics (docs/worker.md lists them). Labels are bounded: job type, outcome,
 // failure class, retry reason, schema version — never job ids or keys.
 import client from 'prom-client';
 

@@ -1,5 +1,5 @@
 // The producer helper: publishes an envelope the way workers expect it
-// (DESIGN.md §2): messageId = id, timestamp = now (seconds; the broker's
+// (docs/worker.md): messageId = id, timestamp = now (seconds; the broker's
 // head-message age reads it), JSON body, persistent, and a publisher confirm
 // before it resolves.
 import { randomUUID } from 'node:crypto';

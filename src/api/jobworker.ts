@@ -1,4 +1,4 @@
-// The JobWorker API (jobfleet.dev/v1alpha1), DESIGN.md §1: one zod schema is
+// The JobWorker API (jobfleet.dev/v1alpha1): one zod schema is
 // the source of truth. The controller parses specs with it, and the CRD's
 // OpenAPI schema is generated from it (src/api/crd.ts), so the two cannot
 // drift. Field names are public API: add, never rename.

@@ -1,5 +1,5 @@
 // The desired child objects of a JobWorker, pure: the worker Deployment (with
-// the JOBFLEET_* contract of DESIGN.md §2), a headless metrics Service and a
+// the JOBFLEET_* contract, docs/worker.md's configuration table), a headless metrics Service and a
 // PodDisruptionBudget. Computed whole before any write, then server-side
 // applied under one field manager.
 import { createHash } from 'node:crypto';
