@@ -160,8 +160,9 @@ describe('a consumer cancelled by the broker', () => {
     const w = await h.startWorker();
     // This process's open connections to the broker, read live from the kernel
     // (the management API lists connections from sampled statistics).
+    const port = new URL(h.rabbit.amqpUrl).port || '5672';
     const connections = async () => {
-      const { stdout } = await run('ss', ['-tnpH', 'state', 'established', '( dport = :5672 )']);
+      const { stdout } = await run('ss', ['-tnpH', 'state', 'established', `( dport = :${port} )`]);
       return stdout.split('\n').filter((l) => l.includes(`pid=${process.pid},`)).length;
     };
     // consumers on the work queue, read live with a passive declare (a missing queue reads 0)
