@@ -21,3 +21,19 @@ export function brokerHost(url: string): string {
     return 'an unparsable URL';
   }
 }
+
+/** Connects to the first of the URLs that answers (a cluster's nodes in order); else the last error. */
+export async function connectAny<T>(
+  value: string,
+  connect: (url: string) => Promise<T>,
+): Promise<T> {
+  let last: unknown = new Error('no broker URL given');
+  for (const url of brokerUrls(value)) {
+    try {
+      return await connect(url);
+    } catch (err) {
+      last = err;
+    }
+  }
+  throw last;
+}

@@ -15,6 +15,9 @@ import { DeadLetterStore, type DeadLetterRow, type Selector } from '../dlq/store
 import { ClaimStore } from '../../worker/claim-store.js';
 import { redactUrl } from './verify.js';
 import { FAILURE_CLASSES } from '../../worker/envelope.js';
+import { brokerUrls, connectAny } from '../../worker/broker-urls.js';
+
+const redactBrokerUrls = (value: string) => brokerUrls(value).map(redactUrl).join(',');
 
 const HELP = `usage: jobfleet dlq <list|show|replay|discard> [options]
 
@@ -256,8 +259,9 @@ async function act(
     );
   const deadLetterQueue =
     o['dead-letter-queue'] ?? process.env.JOBFLEET_DEAD_LETTER_QUEUE ?? `${queue}.dlq`;
-  const conn = await amqp.connect(amqpUrl).catch((err: Error) => {
-    throw new Error(`cannot reach ${redactUrl(amqpUrl)}: ${err.message}`, { cause: err });
+  // a cluster's nodes may be listed, as for the workers: the first that answers
+  const conn = await connectAny(amqpUrl, (url) => amqp.connect(url)).catch((err: Error) => {
+    throw new Error(`cannot reach ${redactBrokerUrls(amqpUrl)}: ${err.message}`, { cause: err });
   });
   const bar = progressBar(sub);
   try {

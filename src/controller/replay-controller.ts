@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import amqp from 'amqplib';
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { connectAny } from '../../worker/broker-urls.js';
 import { API_VERSION, KIND, parseSpec, type JobWorkerStatus } from '../api/jobworker.js';
 import {
   REPLAY_KIND,
@@ -111,7 +112,7 @@ export class JobReplayController {
       connectionTimeoutMillis: 5000,
     });
     pool.on('error', () => undefined);
-    const conn = await amqp.connect(t.amqpUrl);
+    const conn = await connectAny(t.amqpUrl, (url) => amqp.connect(url));
     conn.on('error', () => undefined);
     try {
       const channel = await conn.createConfirmChannel();

@@ -2,6 +2,7 @@
 // message's timestamp (classic queues; src/reconcile/queue-age.ts turns them
 // into the age of the oldest waiting message).
 import type { QueueStats } from '../reconcile/queue-age.js';
+import { brokerUrls } from '../../worker/broker-urls.js';
 import { overLimitQueueName } from '../../worker/topology.js';
 
 interface ManagementQueue {
@@ -17,9 +18,9 @@ interface ManagementQueue {
   };
 }
 
-/** The vhost an amqp(s) URL names ("/" when its path is empty). */
+/** The vhost an amqp(s) URL names ("/" when its path is empty); of a cluster's list, the first's. */
 export function vhostOf(amqpUrl: string): string {
-  const path = new URL(amqpUrl).pathname.replace(/^\//, '');
+  const path = new URL(brokerUrls(amqpUrl)[0] ?? amqpUrl).pathname.replace(/^\//, '');
   return path === '' ? '/' : decodeURIComponent(path);
 }
 
