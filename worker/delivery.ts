@@ -20,6 +20,7 @@ import { isConnectionError, isMessageDataError, isStoreError } from './store-err
 import type { WorkerMetrics } from './metrics.js';
 import { HEADERS } from './producer.js';
 import { RunSignal } from './run-signal.js';
+import { TIMESTAMP_MS_HEADER } from './queue-head.js';
 
 export interface Job<P = unknown> extends Envelope<P> {
   /** 1 for the first run; counts every run of this key, crashed ones included, throttled ones not */
@@ -600,7 +601,7 @@ async function publishDelayed(
     // The retry is "waiting" only from its due time on: age-based scaling
     // must not see a scheduled retry as backlog.
     timestamp: Math.ceil(due / 1000),
-    headers: { ...extraHeaders, [HEADERS.notBefore]: due },
+    headers: { ...extraHeaders, [HEADERS.notBefore]: due, [TIMESTAMP_MS_HEADER]: due },
   });
 }
 
@@ -689,6 +690,7 @@ async function deadLetter(
   await publishCopy(d, d.deadLetterQueue, msg, {
     timestamp: Math.floor(now / 1000),
     headers: {
+      [TIMESTAMP_MS_HEADER]: now,
       [HEADERS.attempt]: x.attempts,
       [HEADERS.firstSeen]: firstSeen,
       [HEADERS.deadLetteredAt]: now,

@@ -1,6 +1,7 @@
 // Worker metrics (docs/worker.md lists them). Labels are bounded: job type, outcome,
 // failure class, retry reason, schema version — never job ids or keys.
 import client from 'prom-client';
+import type { HeadSnapshot } from './queue-head.js';
 
 export type Outcome = 'completed' | 'duplicate' | 'retried' | 'dead_lettered';
 
@@ -26,16 +27,55 @@ export interface Held {
 }
 
 /**
- * `held` is asked at each scrape: the operator reads these two gauges to
- * remove the idlest pods first when it scales down (src/reconcile/scale-down.ts).
+ * Asked at each scrape: `held`, which the operator reads to remove the
+ * idlest pods first when it scales down (src/reconcile/scale-down.ts), and
+ * `head`, from which it measures the queue's age (src/reconcile/queue-age.ts).
  */
 export function workerMetrics(
   registry = new client.Registry(),
-  held: () => Held = () => ({ deliveries: 0, oldestSeconds: 0 }),
+  read: { held?: () => Held; head?: () => HeadSnapshot } = {},
 ) {
   const r = [registry];
+  const held = read.held ?? (() => ({ deliveries: 0, oldestSeconds: 0 }));
+  const head =
+    read.head ??
+    (() => ({ lastAgeSeconds: 0, lastAtMs: 0, lastUntimestampedAtMs: 0, idleSeconds: 0 }));
+  const gauge = (name: string, help: string, value: () => number) =>
+    new client.Gauge({
+      name,
+      help,
+      registers: r,
+      collect() {
+        this.set(value());
+      },
+    });
   collectProcessMetrics(registry);
   return {
+    lastDeliveryAge: gauge(
+      'jobfleet_last_delivery_age_seconds',
+      'Age of the newest delivery that carried a timestamp, when the broker handed it over (ms precision): the queue head’s age at that instant',
+      () => head().lastAgeSeconds,
+    ),
+    lastDeliveryAt: gauge(
+      'jobfleet_last_delivery_timestamp_seconds',
+      'When that delivery arrived (Unix time, ms precision; 0 before the first)',
+      () => head().lastAtMs / 1000,
+    ),
+    lastUntimestampedAt: gauge(
+      'jobfleet_last_untimestamped_delivery_timestamp_seconds',
+      'When the newest delivery without any timestamp (no timestamp_in_ms header, no timestamp property) arrived (0 = none)',
+      () => head().lastUntimestampedAtMs / 1000,
+    ),
+    consumerIdle: gauge(
+      'jobfleet_consumer_idle_seconds',
+      'How long the work-queue consumer has had a free prefetch slot and received nothing: above a second, nothing is waiting in the queue (0 while every slot is taken or it is not consuming)',
+      () => head().idleSeconds,
+    ),
+    untimestamped: new client.Counter({
+      name: 'jobfleet_deliveries_untimestamped_total',
+      help: 'Deliveries with no timestamp: their queue age cannot be measured (set the timestamp property when publishing, or the broker’s timestamp interceptor)',
+      registers: r,
+    }),
     heldDeliveries: new client.Gauge({
       name: 'jobfleet_held_deliveries',
       help: 'Deliveries this worker holds: received, not yet acked or returned (running or waiting for a slot)',

@@ -1,10 +1,13 @@
 // The producer helper: publishes an envelope the way workers expect it
-// (docs/worker.md): messageId = id, timestamp = now (seconds; the broker's
-// head-message age reads it), JSON body, persistent, and a publisher confirm
-// before it resolves.
+// (docs/worker.md): messageId = id, timestamp = now (whole seconds, the AMQP
+// property: a classic queue's head age reads it) and a `timestamp_in_ms`
+// header (milliseconds, as RabbitMQ's timestamp interceptor writes it: the
+// workers' measured age reads it), JSON body, persistent, and a publisher
+// confirm before it resolves.
 import { randomUUID } from 'node:crypto';
 import type { ConfirmChannel, Options } from 'amqplib';
 import { renderKey } from './contract.js';
+import { TIMESTAMP_MS_HEADER } from './queue-head.js';
 
 /** AMQP headers the runtime reads and writes. */
 export const HEADERS = {
@@ -68,7 +71,7 @@ export async function publish<P>(
     timestamp: Math.floor(at / 1000),
     contentType: 'application/json',
     persistent: true,
-    headers: { [HEADERS.attempt]: 0 },
+    headers: { [HEADERS.attempt]: 0, [TIMESTAMP_MS_HEADER]: at },
   });
   return { id, key };
 }

@@ -32,6 +32,7 @@ import {
 } from './readiness.js';
 import { startHealthServer, type HealthServer } from './health-server.js';
 import { workerMetrics, type Held, type WorkerMetrics } from './metrics.js';
+import { HeadWatch } from './queue-head.js';
 import { sendConfirmed } from './producer.js';
 import { topology, type QueueDecl, type Topology } from './topology.js';
 import { brokerUrls } from './broker-urls.js';
@@ -123,11 +124,17 @@ interface InFlight {
   since: number;
   /** the channel it arrived on: only that channel can ack it */
   channel: ConfirmChannel;
+  /** a work-queue delivery: the consumer it came to (HeadWatch counts its prefetch) */
+  consumer?: number;
   claim?: { key: string; owner: string };
 }
 
 class QueueWorker implements Worker {
-  readonly metrics = workerMetrics(undefined, () => this.held());
+  readonly metrics: WorkerMetrics;
+  /** what the operator's measured queue age reads (worker/queue-head.ts) */
+  private readonly head: HeadWatch;
+  /** counts work-queue consumers started: a delivery of an earlier one no longer holds a slot */
+  private consumers = 0;
   readonly config: WorkerConfig;
   private readonly log: Logger;
   private readonly topo: Topology;
@@ -182,6 +189,11 @@ class QueueWorker implements Worker {
   ) {
     this.config = config;
     this.now = opts.now ?? Date.now;
+    this.head = new HeadWatch(config.prefetch, this.now);
+    this.metrics = workerMetrics(undefined, {
+      held: () => this.held(),
+      head: () => this.head.snapshot(),
+    });
     this.random = opts.random ?? Math.random;
     // Every delivery in flight listens for the drain (up to the prefetch at
     // once, removed when it ends): not a leak, so no MaxListeners warning.
@@ -389,6 +401,7 @@ class QueueWorker implements Worker {
     this.blocked = undefined;
     this.channel = undefined;
     this.consumerTag = undefined;
+    this.head.consuming(false);
     if (this.retrying.signal.aborted) return;
     // Unacked deliveries go back to the queue with the connection; in-flight
     // handlers finish and record, and their redeliveries are acked as duplicates.
@@ -463,8 +476,10 @@ class QueueWorker implements Worker {
         throw queueRefusal(err, queue, 'consume') ?? err;
       }
     };
+    const consumer = ++this.consumers;
+    this.head.consuming(true);
     this.consumerTag = await consumeFrom(this.config.queue, (msg) =>
-      this.onDelivery(ch, msg, handleDelivery),
+      this.onDelivery(ch, msg, handleDelivery, consumer),
     );
     if (this.overLimitQueue)
       this.overLimitTag = await consumeFrom(this.overLimitQueue, (msg) =>
@@ -473,6 +488,7 @@ class QueueWorker implements Worker {
   }
 
   private async stopConsuming(): Promise<void> {
+    this.head.consuming(false);
     const tags = [this.consumerTag, this.overLimitTag];
     this.consumerTag = undefined;
     this.overLimitTag = undefined;
@@ -493,18 +509,25 @@ class QueueWorker implements Worker {
     ch: ConfirmChannel,
     msg: ConsumeMessage,
     handle: (msg: ConsumeMessage, d: DeliveryDeps) => Promise<DeliveryResult>,
+    consumer?: number,
   ): void {
-    const entry: InFlight = { done: Promise.resolve(), since: this.now(), channel: ch };
+    const entry: InFlight = { done: Promise.resolve(), since: this.now(), channel: ch, consumer };
     this.inflight.set(msg, entry);
+    if (consumer !== undefined && !this.head.delivered(msg.properties))
+      this.metrics.untimestamped.inc();
     const { deps, acks } = this.forChannel(ch);
     acks.delivered(msg.fields.deliveryTag);
+    const settled = () => {
+      this.inflight.delete(msg);
+      if (consumer !== undefined && consumer === this.consumers) this.head.settled();
+    };
     entry.done = handle(msg, deps).then(
       (result) => {
-        this.inflight.delete(msg);
+        settled();
         this.opts.onOutcome?.(result, msg);
       },
       (err: Error) => {
-        this.inflight.delete(msg);
+        settled();
         this.log.error({ err: compactReason(err.message) }, 'delivery failed unexpectedly');
       },
     );

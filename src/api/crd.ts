@@ -131,6 +131,12 @@ export function jobWorkerCrd(): Schema {
         description: 'Age of the oldest waiting message, with its unit',
       },
       {
+        name: 'Age From',
+        type: 'string',
+        jsonPath: '.status.ageSource',
+        description: 'HeadTimestamp, DeliveryTimestamps (measured) or Estimated',
+      },
+      {
         name: 'Limited By',
         type: 'string',
         jsonPath: '.status.scaling.limitedBy',

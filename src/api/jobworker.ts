@@ -604,10 +604,10 @@ export const jobWorkerStatus = z
       .optional()
       .describe('oldestMessageAgeSeconds as a duration with its unit, e.g. 37s, 4m10s'),
     ageSource: z
-      .enum(['HeadTimestamp', 'Estimated'])
+      .enum(['HeadTimestamp', 'DeliveryTimestamps', 'Estimated'])
       .optional()
       .describe(
-        'Where the age comes from: the head message’s timestamp, or estimated from depth and rates',
+        'Where the age comes from: HeadTimestamp, the head message’s timestamp (classic queues); DeliveryTimestamps, measured from the timestamps of the deliveries the workers receive (quorum queues); Estimated, from depth and rates where neither exists (the AgeMeasured condition says why)',
       ),
     queueDepth: z
       .number()

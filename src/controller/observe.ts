@@ -17,7 +17,8 @@ import type { Observation, Problem, QueueObservation } from '../reconcile/observ
 import type { DeadLetterInput } from '../reconcile/status.js';
 import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.js';
 import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
-import { readWorkerCounters } from '../signals/worker-metrics.js';
+import { readQueueHeads, readWorkerCounters } from '../signals/worker-metrics.js';
+import type { HeadReading, QueueStats } from '../reconcile/queue-age.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
 
 /** The RabbitMQ management API and vhost a JobWorker's Secrets name; undefined without both URLs. */
@@ -120,7 +121,7 @@ export class Observer {
     const polling = !!secrets.values.get('spec.broker.managementUrlSecretRef');
     const queue =
       spec && problems.length === 0
-        ? await this.queue(namespace, name, spec, secrets.values, deployment)
+        ? await this.queue(namespace, name, spec, secrets.values, deployment, cohortDeployment)
         : undefined;
     const deadLetters =
       spec && this.d.deadLetters
@@ -152,6 +153,7 @@ export class Observer {
     spec: JobWorkerSpec,
     secrets: Map<string, string>,
     deployment: KubeObject | undefined,
+    cohort: KubeObject | undefined,
   ): Promise<QueueObservation> {
     const api = managementApi(secrets);
     if (!api)
@@ -162,16 +164,18 @@ export class Observer {
       };
     try {
       const stats = await fetchQueueStats(api.url, api.vhost, spec.broker.queue);
+      const heads = await this.queueHeads(namespace, name, stats, deployment, cohort);
       const prometheusUrl = spec.scaling.prometheusUrl ?? this.d.prometheusUrl;
       if (!prometheusUrl) {
         const ready = (deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas;
         const capacity = ready ? await this.workerCounters(namespace, name) : undefined;
-        return { ok: true, stats, ...(capacity && { capacity }) };
+        return { ok: true, stats, ...(heads && { heads }), ...(capacity && { capacity }) };
       }
       const fleet = await fetchFleetSignals(prometheusUrl, namespace, name);
       return {
         ok: true,
         stats,
+        ...(heads && { heads }),
         throttleRate: fleet.throttleRate,
         ...(fleet.pods.length && { capacity: { source: 'Prometheus', pods: fleet.pods } }),
       };
@@ -184,6 +188,26 @@ export class Observer {
             : `queue signal failed: ${(err as Error).message}`,
       };
     }
+  }
+
+  /**
+   * What the worker pods saw of the queue's head, when the broker gives no
+   * head timestamp (quorum queues; classic ones with untimestamped
+   * messages) and the fleet has pods; an unreadable list is no reading.
+   */
+  private async queueHeads(
+    namespace: string,
+    name: string,
+    stats: QueueStats,
+    deployment: KubeObject | undefined,
+    cohort: KubeObject | undefined,
+  ): Promise<HeadReading[] | undefined> {
+    if (stats.headMessageTimestamp || (stats.type === 'classic' && stats.messagesReady === 0))
+      return undefined;
+    const pods = (d: KubeObject | undefined) =>
+      Number((d?.status as { replicas?: number } | undefined)?.replicas ?? 0);
+    if (pods(deployment) + pods(cohort) === 0) return undefined;
+    return readQueueHeads(this.d.client, namespace, name).catch(() => undefined);
   }
 
   /** The worker pods' own figures, when due; an unreadable list is no reading (capacity keeps its last). */

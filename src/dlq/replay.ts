@@ -11,6 +11,7 @@ import { createHash } from 'node:crypto';
 import type { ConfirmChannel, GetMessage } from 'amqplib';
 import { copyProps, deliveryIdOf } from '../../worker/delivery.js';
 import { HEADERS, sendConfirmed } from '../../worker/producer.js';
+import { TIMESTAMP_MS_HEADER } from '../../worker/queue-head.js';
 import type { DeadLetterRow, DeadLetterStore, ReplayCounts, Selector } from './store.js';
 import { RateLimiter } from './rate-limiter.js';
 
@@ -271,6 +272,8 @@ async function pass(
       timestamp: Math.floor(d.now() / 1000),
       headers: {
         ...headers,
+        // back in the work queue now: its age counts from here, not from the first publish
+        [TIMESTAMP_MS_HEADER]: d.now(),
         [HEADERS.attempt]: 0,
         [REPLAY_HEADERS.replayOf]: row.id,
         [REPLAY_HEADERS.replayId]: req.replayId,

@@ -13,6 +13,7 @@ export const CONDITION_TYPES = [
   'Draining',
   'ScalingActive',
   'AgeObjectiveMet',
+  'AgeMeasured',
   'DeadLettersOverdue',
 ] as const;
 export type ConditionType = (typeof CONDITION_TYPES)[number];

@@ -3,7 +3,7 @@
 import type { JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import type { CapacityReading } from './capacity.js';
-import type { QueueStats } from './queue-age.js';
+import type { HeadReading, QueueStats } from './queue-age.js';
 import type { DeadLetterInput } from './status.js';
 
 export interface Problem {
@@ -19,6 +19,8 @@ export type QueueObservation =
       throttleRate?: number;
       /** the workers' own figures, when read this time (./capacity.ts) */
       capacity?: CapacityReading;
+      /** what the worker pods saw of the queue's head, when the broker gives no head timestamp (./queue-age.ts) */
+      heads?: HeadReading[];
     }
   | { ok: false; missing: string };
 

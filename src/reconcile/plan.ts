@@ -21,7 +21,7 @@ import { pauseSwitch, wasPaused } from './pause.js';
 import { chooseRemovals, type PodLoad, type Removal } from './scale-down.js';
 import { iso } from './rollout.js';
 import { workersNeedChecking, workersReadyCondition, type WorkerReport } from './workers.js';
-import { queueAge, type AgeMemory } from './queue-age.js';
+import { queueAge, type AgeMemory, type AgeSource, type EstimatedBecause } from './queue-age.js';
 import {
   estimateCapacity,
   type CapacityEstimate,
@@ -67,7 +67,9 @@ export interface ScalingOutcome {
   signalOk: boolean;
   oldestAgeSeconds?: number;
   queueDepth?: number;
-  ageSource?: 'HeadTimestamp' | 'Estimated';
+  ageSource?: AgeSource;
+  /** why the age is estimated, when the user can change it */
+  estimatedBecause?: EstimatedBecause;
   capacitySource?: CapacitySource | 'Saturation';
   capacityPerReplica?: number;
   throttling?: boolean;
@@ -430,7 +432,7 @@ function scale(
   let capacity: CapacityEstimate | undefined;
   const q = obs.queue;
   if (q?.ok) {
-    const r = queueAge(q.stats, nowMs, mem.age);
+    const r = queueAge(q.stats, nowMs, mem.age, q.heads);
     ageMemory = r.memory;
     age = r.age;
     const c = estimateCapacity(q.capacity, spec.broker.prefetch, mem.capacity, nowMs);
@@ -458,6 +460,7 @@ function scale(
       oldestAgeSeconds: age?.signals.oldestAgeSeconds,
       queueDepth: age?.signals.depth,
       ageSource: age?.ageSource,
+      ...(age?.estimatedBecause && { estimatedBecause: age.estimatedBecause }),
       throttling: d.throttling,
       ...(capacity
         ? { capacitySource: capacity.source, capacityPerReplica: capacity.perReplica }

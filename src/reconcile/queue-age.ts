@@ -1,5 +1,7 @@
 // The age of the oldest waiting message, pure: from the queue's statistics
-// (src/signals/rabbitmq.ts reads them) and what earlier readings taught.
+// (src/signals/rabbitmq.ts reads them), what the worker pods saw of the
+// queue's head (src/signals/worker-metrics.ts reads them) and what earlier
+// readings taught. docs/scaling.md gives each source's error bound.
 import type { Signals } from './scaling.js';
 
 export interface QueueStats {
@@ -14,28 +16,71 @@ export interface QueueStats {
   ackRate: number;
 }
 
-export interface QueueAge {
-  signals: Extract<Signals, { ok: true }>;
-  ageSource: 'HeadTimestamp' | 'Estimated';
+/**
+ * One worker pod's view of the queue's head (worker/queue-head.ts), read
+ * from its /metrics. Times are ms since the epoch; `lastAtMs` and
+ * `lastUntimestampedAtMs` are 0 before the first such delivery.
+ */
+export interface HeadReading {
+  /** the newest delivery that carried a timestamp: its age when it arrived (s), and when */
+  lastAgeSeconds: number;
+  lastAtMs: number;
+  /** the newest delivery that carried none */
+  lastUntimestampedAtMs: number;
+  /** how long the consumer has had a free prefetch slot and received nothing (s) */
+  idleSeconds: number;
 }
 
-/** Remembers, per queue, since when it has been non-empty (for the quorum estimate). */
+/**
+ * HeadTimestamp: the broker's head message timestamp (classic queues).
+ * DeliveryTimestamps: measured from the deliveries the workers receive.
+ * Estimated: neither is available (no timestamps, no worker reporting).
+ */
+export type AgeSource = 'HeadTimestamp' | 'DeliveryTimestamps' | 'Estimated';
+
+/** Why an age is estimated, when the reason is one the user can act on. */
+export type EstimatedBecause = 'NoMessageTimestamps' | 'NoWorkerReports';
+
+export interface QueueAge {
+  signals: Extract<Signals, { ok: true }>;
+  ageSource: AgeSource;
+  estimatedBecause?: EstimatedBecause;
+}
+
+/** Remembers, per queue, what earlier readings showed. */
 export interface AgeMemory {
   nonEmptySince?: number;
   /** we saw the queue empty, so nonEmptySince bounds every message's wait */
   sawEmpty?: boolean;
+  /** the last reading whose statistics showed nothing ready (ms) */
+  emptyAtMs?: number;
 }
 
 /**
- * Age of the oldest waiting message, pure. With a head timestamp: now − it.
- * Without (quorum queues) it is estimated: by Little's law the head has
- * waited about depth / arrival rate; and once we have seen the queue empty,
- * no message can have waited longer than it has been non-empty since.
+ * A consumer with a free slot that has received nothing for this long means
+ * nothing is ready: the broker hands a ready message to a consumer with room
+ * within milliseconds (a quorum queue after its Raft commit).
+ */
+export const IDLE_MEANS_EMPTY_SECONDS = 1;
+
+/**
+ * How stale the management API's queue statistics may be: RabbitMQ emits
+ * them every collect_statistics_interval (5 s by default).
+ */
+export const STATISTICS_LAG_SECONDS = 5;
+
+/**
+ * Age of the oldest waiting message, pure. With a head timestamp (classic
+ * queues): now − it. Otherwise measured from the workers' deliveries (see
+ * measuredAge). Where neither exists it is estimated: by Little's law the
+ * head has waited about depth / arrival rate; and once we have seen the
+ * queue empty, no message can have waited longer than it has been non-empty.
  */
 export function queueAge(
   stats: QueueStats,
   nowMs: number,
   memory: AgeMemory,
+  heads: HeadReading[] = [],
 ): { age: QueueAge; memory: AgeMemory } {
   const depth = stats.messagesReady;
   const base = {
@@ -44,38 +89,64 @@ export function queueAge(
     arrivalRate: stats.publishRate,
     completionRate: stats.ackRate,
   };
-  const estimated = stats.type === 'quorum' || stats.type === 'stream';
-  if (depth === 0) {
+  const age = (oldestAgeSeconds: number, ageSource: AgeSource, why?: EstimatedBecause) => ({
+    signals: { ok: true as const, oldestAgeSeconds, ...base },
+    ageSource,
+    ...(why && { estimatedBecause: why }),
+  });
+  const classic = stats.type === 'classic';
+  const next: AgeMemory =
+    depth === 0
+      ? { sawEmpty: true, emptyAtMs: nowMs }
+      : { ...memory, nonEmptySince: memory.nonEmptySince ?? nowMs };
+  if (depth > 0 && stats.headMessageTimestamp)
     return {
-      age: {
-        signals: { ok: true, oldestAgeSeconds: 0, ...base },
-        ageSource: estimated ? 'Estimated' : 'HeadTimestamp',
-      },
-      memory: { sawEmpty: true },
-    };
-  }
-  const next: AgeMemory = { ...memory, nonEmptySince: memory.nonEmptySince ?? nowMs };
-  if (stats.headMessageTimestamp) {
-    return {
-      age: {
-        signals: {
-          ok: true,
-          oldestAgeSeconds: Math.max(0, nowMs / 1000 - stats.headMessageTimestamp),
-          ...base,
-        },
-        ageSource: 'HeadTimestamp',
-      },
+      age: age(Math.max(0, nowMs / 1000 - stats.headMessageTimestamp), 'HeadTimestamp'),
       memory: next,
     };
-  }
+  if (depth === 0 && classic) return { age: age(0, 'HeadTimestamp'), memory: next };
+  const measured = measuredAge(depth, heads, nowMs, memory);
+  if (typeof measured === 'number')
+    return { age: age(measured, 'DeliveryTimestamps'), memory: next };
+  if (depth === 0) return { age: age(0, 'Estimated', measured.why), memory: next };
   const waited = (nowMs - (next.nonEmptySince ?? nowMs)) / 1000;
   const little = stats.publishRate > 0 ? depth / stats.publishRate : undefined;
   const bounds = [little, next.sawEmpty ? waited : undefined].filter(
     (v): v is number => v !== undefined,
   );
   const oldest = bounds.length ? Math.min(...bounds) : waited;
-  return {
-    age: { signals: { ok: true, oldestAgeSeconds: oldest, ...base }, ageSource: 'Estimated' },
-    memory: next,
-  };
+  return { age: age(oldest, 'Estimated', measured.why), memory: next };
+}
+
+/**
+ * The head's age from what the workers saw, or why it cannot be measured.
+ * A FIFO queue hands over its head: the newest delivery's age was the head's
+ * age when it arrived, and the head now is at most that + the time since
+ * (later messages are younger). A consumer idle with room means nothing is
+ * ready: 0. Statistics showing nothing ready, with no delivery for longer
+ * than they can lag, mean the same (every consumer busy, nothing waiting).
+ */
+function measuredAge(
+  depth: number,
+  heads: HeadReading[],
+  nowMs: number,
+  memory: AgeMemory,
+): number | { why: EstimatedBecause } {
+  if (heads.some((h) => h.idleSeconds >= IDLE_MEANS_EMPTY_SECONDS)) return 0;
+  const newest = heads.reduce<HeadReading | undefined>(
+    (a, h) => (h.lastAtMs > (a?.lastAtMs ?? 0) ? h : a),
+    undefined,
+  );
+  const newestUntimestamped = Math.max(0, ...heads.map((h) => h.lastUntimestampedAtMs));
+  // The newest message came with no timestamp: a timed one before it says nothing of the head now.
+  if (newestUntimestamped > (newest?.lastAtMs ?? 0)) return { why: 'NoMessageTimestamps' };
+  if (!newest) return { why: 'NoWorkerReports' };
+  const since = Math.max(0, (nowMs - newest.lastAtMs) / 1000);
+  if (depth === 0 && since > STATISTICS_LAG_SECONDS) return 0;
+  const bound = newest.lastAgeSeconds + since;
+  // Messages that came while every consumer was full arrived after the
+  // queue was last seen empty (less the statistics' lag).
+  if (memory.emptyAtMs !== undefined && memory.emptyAtMs > newest.lastAtMs)
+    return Math.min(bound, (nowMs - memory.emptyAtMs) / 1000 + STATISTICS_LAG_SECONDS);
+  return bound;
 }

@@ -1,6 +1,6 @@
 // The JobWorker's status, pure: a function of the spec, what was observed and
 // what the reconcile did. Written once per reconcile, and only when it changed.
-import type { CapacitySource } from './capacity.js';
+import type { ScalingOutcome } from './plan.js';
 import type { Condition, JobWorkerStatus } from '../api/jobworker.js';
 import { phaseOf, setCondition, type ConditionInput } from './conditions.js';
 import type { KubeObject } from '../kube/client.js';
@@ -63,6 +63,44 @@ export function ageObjectiveCondition(
       };
 }
 
+/** AgeMeasured: whether the age scaled and alerted on is measured, and what to do when it is not. */
+export function ageMeasuredCondition(scaling: NonNullable<StatusInput['scaling']>): ConditionInput {
+  const type = 'AgeMeasured';
+  switch (scaling.ageSource) {
+    case 'HeadTimestamp':
+      return {
+        type,
+        status: 'True',
+        reason: 'HeadTimestamp',
+        message: 'The age is the head message’s timestamp, from the RabbitMQ management API.',
+      };
+    case 'DeliveryTimestamps':
+      return {
+        type,
+        status: 'True',
+        reason: 'DeliveryTimestamps',
+        message:
+          'The age is measured from the timestamps of the messages the workers receive (docs/scaling.md).',
+      };
+    default:
+      return scaling.estimatedBecause === 'NoMessageTimestamps'
+        ? {
+            type,
+            status: 'False',
+            reason: 'NoMessageTimestamps',
+            message:
+              'Deliveries carry no timestamp, so the age is estimated from depth and rates. Publish with the timestamp property (the worker library’s publish() sets it), or set message_interceptors.incoming.set_header_timestamp.overwrite = false in rabbitmq.conf (RabbitMQ 3.12+).',
+          }
+        : {
+            type,
+            status: 'False',
+            reason: 'Estimated',
+            message:
+              'No worker has reported a delivery (none running, or none answered on its metrics port), so the age is estimated from depth and rates.',
+          };
+  }
+}
+
 /** The DeadLettersOverdue condition: True once the oldest quarantined entry is older than maxAgeSeconds. */
 export function deadLetterCondition(dl: DeadLetterInput, now: Date): ConditionInput {
   const type = 'DeadLettersOverdue';
@@ -119,19 +157,8 @@ export interface StatusInput {
   cohort?: DeploymentObservation;
   /** this reconcile lowers the replicas, removing the pods ./scale-down.ts chose */
   scaleDown?: { from: number; to: number; heldDeliveries: number };
-  scaling?: {
-    /** spec.scaling.targetOldestAgeSeconds: the objective the age is held against */
-    targetAgeSeconds?: number;
-    limitedBy: NonNullable<JobWorkerStatus['scaling']>['limitedBy'];
-    message: string;
-    signalOk: boolean;
-    oldestAgeSeconds?: number;
-    queueDepth?: number;
-    ageSource?: 'HeadTimestamp' | 'Estimated';
-    capacitySource?: CapacitySource | 'Saturation';
-    capacityPerReplica?: number;
-    throttling?: boolean;
-  };
+  /** the scaling decision (./plan.ts), the objective optional (a test of one condition may leave it out) */
+  scaling?: Omit<ScalingOutcome, 'desired' | 'targetAgeSeconds'> & { targetAgeSeconds?: number };
 }
 
 /** Two significant figures: status tracks age without a write for every second that passes. */
@@ -300,6 +327,7 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
   }
 
   if (i.scaling) set(ageObjectiveCondition(i.scaling));
+  if (i.scaling?.ageSource) set(ageMeasuredCondition(i.scaling));
   if (i.deadLetters) set(deadLetterCondition(i.deadLetters, i.now));
 
   if (i.rollout?.progressing) set(i.rollout.progressing);

@@ -1,9 +1,10 @@
 // The worker pods' own figures, read straight from each pod's /metrics (on
 // its pod IP and metrics port, as Prometheus reaches it), in parallel, each
 // with a short timeout; a pod that does not answer is left out, or marked
-// unread. Two reads: the counters capacity needs, when no Prometheus is
-// configured (src/reconcile/capacity.ts), and what each pod holds, before a
-// scale-down (src/reconcile/scale-down.ts).
+// unread. Three reads: the counters capacity needs, when no Prometheus is
+// configured (src/reconcile/capacity.ts); what each pod saw of the queue's
+// head, for the measured age (src/reconcile/queue-age.ts); and what each pod
+// holds, before a scale-down (src/reconcile/scale-down.ts).
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { PodCounters } from '../reconcile/capacity.js';
 import {
@@ -13,6 +14,7 @@ import {
   type PodSample,
 } from '../reconcile/cohort-figures.js';
 import { LABEL_JOBWORKER, LABEL_REVISION } from '../reconcile/desired.js';
+import type { HeadReading } from '../reconcile/queue-age.js';
 import { DELETION_COST, type PodLoad } from '../reconcile/scale-down.js';
 import { workerUrl, type PodShape } from './worker-readiness.js';
 
@@ -58,6 +60,45 @@ export async function readWorkerCounters(
     }),
   );
   return read.filter((c): c is PodCounters => c !== undefined);
+}
+
+/**
+ * The head age is the newest delivery across pods, and one idle consumer is
+ * enough to say nothing waits: in a large fleet a sample of pods says both.
+ */
+const HEADS_FROM_AT_MOST = 20;
+
+/**
+ * What each answering pod (both Deployments of a Cohort rollout) saw of the
+ * queue's head. Read at every poll and never from Prometheus, whose scrape
+ * interval would add its own age: the measured age is only as fresh as this.
+ */
+export async function readQueueHeads(
+  client: KubeClient,
+  namespace: string,
+  name: string,
+): Promise<HeadReading[]> {
+  const pods = (await jobWorkerPods(client, namespace, name)).slice(0, HEADS_FROM_AT_MOST);
+  const read = await Promise.all(
+    pods.map(async (pod) => {
+      const text = await scrape(pod);
+      return text === undefined ? undefined : parseHead(text);
+    }),
+  );
+  return read.filter((h): h is HeadReading => h !== undefined);
+}
+
+/** A worker's view of the queue's head (worker/queue-head.ts), from its /metrics; undefined from a worker without one. */
+export function parseHead(text: string): HeadReading | undefined {
+  const m = sums(text);
+  if (!m.has('jobfleet_consumer_idle_seconds')) return undefined;
+  return {
+    lastAgeSeconds: m.get('jobfleet_last_delivery_age_seconds') ?? 0,
+    lastAtMs: (m.get('jobfleet_last_delivery_timestamp_seconds') ?? 0) * 1000,
+    lastUntimestampedAtMs:
+      (m.get('jobfleet_last_untimestamped_delivery_timestamp_seconds') ?? 0) * 1000,
+    idleSeconds: m.get('jobfleet_consumer_idle_seconds') ?? 0,
+  };
 }
 
 /** Every pod of the JobWorker and what it holds (undefined where it did not answer). */
