@@ -61,13 +61,14 @@ export interface AgeMemory {
  * nothing is ready: the broker hands a ready message to a consumer with room
  * within milliseconds (a quorum queue after its Raft commit).
  */
-export const IDLE_MEANS_EMPTY_SECONDS = 1;
+export const IDLE_MEANS_EMPTY_SECONDS = 0.5;
 
 /**
- * How stale the management API's queue statistics may be: RabbitMQ emits
- * them every collect_statistics_interval (5 s by default).
+ * How stale the management API's queue statistics may be: a quorum queue
+ * reports its counts every quorum_tick_interval and the management plugin
+ * collects them every collect_statistics_interval (5 s each by default).
  */
-export const STATISTICS_LAG_SECONDS = 5;
+export const STATISTICS_LAG_SECONDS = 10;
 
 /**
  * Age of the oldest waiting message, pure. With a head timestamp (classic

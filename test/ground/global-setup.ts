@@ -147,6 +147,8 @@ async function startRabbitmq4(
       distPort: await freePort(),
       epmdPort: await freePort(),
       reapWith: process.pid,
+      // as docs/scaling.md advises: the broker stamps messages their producers did not
+      config: ['message_interceptors.incoming.set_header_timestamp.overwrite = false'],
     });
     return { info: { amqpUrl: node.amqpUrl, rabbitMgmtUrl: node.mgmtUrl }, node };
   } catch (err) {
