@@ -4,6 +4,7 @@
 // time to start and that drain (stop taking, finish what they hold) when
 // removed, and a dependency that can throttle or slow down with load. A
 // fluid model (rates, no per-message service) is kept to validate it against.
+import type { HeadReading } from '../src/reconcile/queue-age.js';
 import { prng as rng } from '../test/ground/prng.js';
 
 export interface Service {
@@ -65,6 +66,13 @@ export interface Truth {
 export interface Fleet {
   /** advance one second */
   tick(t: number): Truth;
+  /**
+   * What each ready replica's worker reports of the queue's head at time
+   * `now` (worker/queue-head.ts): its newest delivery's age then and when,
+   * and how long it has had a free slot with nothing delivered. The fluid
+   * model, without messages, has none.
+   */
+  heads?(now: number): HeadReading[];
   /** ask for n replicas at time t (starting ones take MODEL.startDelay) */
   scale(n: number, t: number): void;
   /** arrivals per second, as they happened (for the oracle) */
@@ -100,6 +108,13 @@ class Heap {
     t[i] = time;
     p[i] = payload;
   }
+  /** each payload's earliest time */
+  earliestByPayload(): Map<number, number> {
+    const m = new Map<number, number>();
+    for (let i = 0; i < this.t.length; i++)
+      if (this.t[i]! < (m.get(this.p[i]!) ?? Infinity)) m.set(this.p[i]!, this.t[i]!);
+    return m;
+  }
   /** add k to every payload (positions, after the ring buffer is rebased) */
   shift(k: number): void {
     for (let i = 0; i < this.p.length; i++) this.p[i]! += k;
@@ -131,6 +146,9 @@ interface Replica {
   readyAt: number;
   /** when its last message finishes */
   busyUntil: number;
+  /** its newest delivery: when (s), and when that message entered the queue */
+  deliveredAt: number;
+  deliveredEntered: number;
 }
 
 /** Per-message fleet: Poisson arrivals (or even ones), service drawn per message. */
@@ -190,12 +208,38 @@ export function messageFleet(trace: Trace, seed: number, even = false): Fleet {
   let completedTotal = 0;
 
   const addReplica = (readyAt: number): void => {
-    replicas.push({ state: 'starting', readyAt, busyUntil: readyAt });
+    replicas.push({
+      state: 'starting',
+      readyAt,
+      busyUntil: readyAt,
+      deliveredAt: 0,
+      deliveredEntered: 0,
+    });
   };
   addReplica(0);
 
   return {
     arrivals,
+    heads(now) {
+      const free = slots.earliestByPayload();
+      return replicas.flatMap((r, i) => {
+        if (r.state !== 'ready') return [];
+        // a slot free since before now that the dispatcher left unused: nothing was waiting
+        const freeSince = free.get(i);
+        const idleSince =
+          freeSince !== undefined && freeSince < now
+            ? Math.max(freeSince, r.deliveredAt, r.readyAt)
+            : undefined;
+        return [
+          {
+            lastAgeSeconds: r.deliveredAt ? r.deliveredAt - r.deliveredEntered : 0,
+            lastAtMs: r.deliveredAt * 1000,
+            lastUntimestampedAtMs: 0,
+            idleSeconds: idleSince === undefined ? 0 : now - idleSince,
+          },
+        ];
+      });
+    },
     scale(n, t) {
       const live = replicas.filter((r) => r.state === 'starting' || r.state === 'ready');
       for (let k = live.length; k < n; k++) addReplica(t + MODEL.startDelay);
@@ -255,6 +299,8 @@ export function messageFleet(trace: Trace, seed: number, even = false): Fleet {
         const start = Math.max(slots.minTime, queue[head % queue.length]!);
         if (start >= end) break;
         const first = origin[head % queue.length]!;
+        r.deliveredAt = start;
+        r.deliveredEntered = queue[head % queue.length]!;
         head++;
         slots.pop();
         while (calls.size && calls.minTime <= start) calls.pop();

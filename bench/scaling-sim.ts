@@ -13,6 +13,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { estimateCapacity, type CapacityMemory } from '../src/reconcile/capacity.js';
 import { decideReplicas, type ScalingSpec, type ScalingState } from '../src/reconcile/scaling.js';
+import { queueAge, type AgeMemory, type HeadReading } from '../src/reconcile/queue-age.js';
 import {
   fluidFleet,
   messageFleet,
@@ -24,6 +25,11 @@ import {
 import { TRACES } from './scaling-traces.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+
+export const JOBFLEET_CLASSIC = 'jobfleet (classic queue: head timestamp)';
+export const JOBFLEET_QUORUM = 'jobfleet (quorum queue: measured)';
+/** the age a quorum queue had before it was measured: no worker reports, the estimate alone */
+export const JOBFLEET_ESTIMATED = 'jobfleet (quorum queue: estimate only)';
 
 /** What a scaler can see at time `now` (s). */
 interface View {
@@ -41,6 +47,8 @@ interface View {
   /** refused calls/s over the last minute of scrapes (Prometheus' rate(...[1m])) */
   throttleRate: number;
   ready: number;
+  /** each ready worker's view of the queue's head, read from the pods when the scaler asks */
+  heads: () => HeadReading[];
 }
 
 interface Scaler {
@@ -109,6 +117,7 @@ function run(trace: Trace, fleet: Fleet, scaler: Scaler): SimResult {
       },
       throttleRate: last.t > first.t ? (last.throttled - first.throttled) / (last.t - first.t) : 0,
       ready: truth.ready,
+      heads: () => fleet.heads?.(now) ?? [],
     });
     if (want !== current) {
       events++;
@@ -131,8 +140,13 @@ function run(trace: Trace, fleet: Fleet, scaler: Scaler): SimResult {
   };
 }
 
-/** The operator's own decision: capacity from the workers' counters, decideReplicas every 10 s. */
-function jobfleet(trace: Trace): Scaler {
+/**
+ * The operator's own decision: capacity from the workers' counters,
+ * decideReplicas every 10 s. The age: a classic queue's head timestamp from
+ * the statistics, or on a quorum queue (no head timestamp) queueAge's
+ * measurement from what the workers saw, read from the pods at the poll.
+ */
+function jobfleet(trace: Trace, age: 'classic' | 'quorum' | 'estimated' = 'classic'): Scaler {
   const perReplica = MODEL.prefetch / trace.service.mean;
   const spec: ScalingSpec = {
     minReplicas: 1,
@@ -151,8 +165,29 @@ function jobfleet(trace: Trace): Scaler {
   let capacity: CapacityMemory | undefined;
   let estimate: number | undefined;
   let current = 1;
+  let ageMemory: AgeMemory = {};
+  const oldestAge = (v: View): number => {
+    if (age === 'classic') return v.queue.oldestAge;
+    const r = queueAge(
+      {
+        type: 'quorum',
+        messagesReady: v.queue.depth,
+        messagesUnacked: v.queue.unacked,
+        consumers: v.ready,
+        publishRate: v.queue.publishRate,
+        ackRate: v.queue.ackRate,
+      },
+      v.now * 1000,
+      ageMemory,
+      age === 'quorum' ? v.heads() : [],
+    );
+    ageMemory = r.memory;
+    return r.age.signals.oldestAgeSeconds;
+  };
   return {
-    name: 'jobfleet (age)',
+    name: { classic: JOBFLEET_CLASSIC, quorum: JOBFLEET_QUORUM, estimated: JOBFLEET_ESTIMATED }[
+      age
+    ],
     capacity: () => estimate,
     decide(v) {
       if (v.now % 10 !== 0) return current;
@@ -179,7 +214,7 @@ function jobfleet(trace: Trace): Scaler {
         current,
         {
           ok: true,
-          oldestAgeSeconds: v.queue.oldestAge,
+          oldestAgeSeconds: oldestAge(v),
           depth: v.queue.depth,
           unacked: v.queue.unacked,
           arrivalRate: v.queue.publishRate,
@@ -320,9 +355,11 @@ export function runScalingSim(seeds: number): { traces: TraceSummary[]; validati
       about = trace.about;
       const fleetA = messageFleet(trace, seed);
       const ours = run(trace, fleetA, jobfleet(trace));
+      const measured = run(trace, messageFleet(trace, seed), jobfleet(trace, 'quorum'));
+      const estimated = run(trace, messageFleet(trace, seed), jobfleet(trace, 'estimated'));
       const keda = run(trace, messageFleet(trace, seed), kedaDepth());
       const best = oracle(trace, fleetA.arrivals);
-      for (const r of [ours, keda, best]) {
+      for (const r of [ours, measured, estimated, keda, best]) {
         const row = byScaler.get(r.scaler) ?? {
           scaler: r.scaler,
           overPct: [],
@@ -390,7 +427,7 @@ function svg(trace: Trace, results: SimResult[]): string {
   const yAge = (a: number) => H / 2 - 10 - ((H / 2 - 30) * a) / maxAge;
   const yRep = (r: number) => H - pad + 10 - ((H / 2 - 30) * r) / maxRep;
   const colors: Record<string, string> = {
-    'jobfleet (age)': '#1f77b4',
+    [JOBFLEET_CLASSIC]: '#1f77b4',
     'KEDA-style depth': '#d62728',
     'oracle (offline)': '#2ca02c',
   };
