@@ -51,7 +51,8 @@ const schema = z
     metricsPort: int(0, 65_535).default(9464),
     // The address /metrics and /readyz listen on; all interfaces by default.
     metricsHost: z.string().min(1).optional(),
-    queueType: z.enum(['classic', 'quorum']).default('classic'),
+    // quorum: replicated (classic queues have one replica on RabbitMQ 4); docs/compatibility.md
+    queueType: z.enum(['classic', 'quorum']).default('quorum'),
     maxMessageBytes: int(1024, 128 * 1024 * 1024).default(1024 * 1024),
     claimRetentionSeconds: int(60, 10 * 365 * 86_400).default(7 * 86_400),
     tlsCaFile: z.string().optional(),

@@ -152,10 +152,15 @@ export function queueRefusal(
   }
   const arg = /inequivalent arg '([^']+)' for queue '[^']*' in vhost '[^']*': (.*)$/.exec(message);
   if (/PRECONDITION[-_]FAILED/.test(message) && arg) {
+    const current = /current is '([^']+)'/.exec(arg[2] ?? '')?.[1];
+    const keep =
+      arg[1] === 'x-queue-type' && current
+        ? `set spec.broker.queueType (JOBFLEET_QUEUE_TYPE) to ${current} to keep using it, or `
+        : '';
     return new QueueRefused(
       {
         reason: 'QueueArgumentsDiffer',
-        fix: `queue "${queue}" exists with other arguments than this worker declares (${arg[1]}): a queue's arguments cannot change, so move its messages to a new queue (spec.broker.queue) or delete it once empty; docs/compatibility.md lists the arguments`,
+        fix: `queue "${queue}" exists with other arguments than this worker declares (${arg[1]}): a queue's arguments cannot change, so ${keep}move its messages to a new queue (spec.broker.queue) or delete it once empty; docs/compatibility.md lists the arguments`,
       },
       `queue "${queue}" exists with a different ${arg[1]} (${(arg[2] ?? '').replace(/"$/, '')})`,
     );

@@ -211,8 +211,10 @@ export const jobWorkerSpec = z
         queue: queueName.describe('The work queue'),
         queueType: z
           .enum(['classic', 'quorum'])
-          .default('classic')
-          .describe('Type of the queues the worker declares when they do not exist'),
+          .default('quorum')
+          .describe(
+            'Type of the queues the workers declare when they do not exist: quorum (replicated; the default) or classic (one replica on RabbitMQ 4). An existing queue keeps its type: a JobWorker whose type differs from its queue’s is blocked (RolloutBlocked QueueTypeDiffers)',
+          ),
         prefetch: z
           .number()
           .int()

@@ -194,6 +194,7 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       ...(obs.cohortDeployment && { cohortDeployment: obs.cohortDeployment }),
       total: desiredReplicas,
       ...(i.memory?.cohort && { cohortMemory: i.memory.cohort }),
+      ...(obs.queue?.ok && { queueType: obs.queue.stats.type }),
     });
     if ('need' in r) return r;
     rollout = r;

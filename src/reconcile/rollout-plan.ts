@@ -32,6 +32,7 @@ import {
   analyze,
   gate,
   iso,
+  queueTypeGate,
   rollbackStep,
   type AnalysisState,
   type Contract,
@@ -83,6 +84,8 @@ export interface RolloutInput {
   total: number;
   /** per cohort pod: its counters at the last read */
   cohortMemory?: FiguresMemory;
+  /** the work queue's type as the broker reports it; undefined when not read */
+  queueType?: string;
 }
 
 export interface RolloutPlan {
@@ -307,17 +310,29 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       if (!('seenVersions' in a)) return { need: { kind: 'seenVersions' } };
       const keyRuleChanges = running.keyRule !== candidate.keyRule;
       if (override && keyRuleChanges && !('queued' in a)) return { need: { kind: 'queued' } };
-      const g = gate({
-        kind: Number(target) < Number(runningRevision) ? 'rollback' : 'rollout',
-        runningRevision,
-        running,
-        candidateRevision: target,
-        candidate,
-        producerVersions: spec.contract.producerVersions,
-        observedVersions: a.seenVersions,
-        override,
-        queuedMessages: override && keyRuleChanges ? a.queued : undefined,
-      });
+      // Only the spec's own revision is checked: an earlier one ran on this queue.
+      const typeGate =
+        target === specRevision
+          ? queueTypeGate({
+              candidateRevision: target,
+              queue: spec.broker.queue,
+              wanted: spec.broker.queueType,
+              actual: i.queueType,
+            })
+          : { ok: true as const };
+      const g = !typeGate.ok
+        ? typeGate
+        : gate({
+            kind: Number(target) < Number(runningRevision) ? 'rollback' : 'rollout',
+            runningRevision,
+            running,
+            candidateRevision: target,
+            candidate,
+            producerVersions: spec.contract.producerVersions,
+            observedVersions: a.seenVersions,
+            override,
+            queuedMessages: override && keyRuleChanges ? a.queued : undefined,
+          });
       if (!g.ok) {
         blocked = true;
         const message =

@@ -39,7 +39,7 @@ export type GateResult =
   | { ok: true; overrideUsed?: string }
   | {
       ok: false;
-      reason: 'IdempotencyKeyRuleChanged' | 'SchemaVersionIncompatible';
+      reason: 'IdempotencyKeyRuleChanged' | 'SchemaVersionIncompatible' | 'QueueTypeDiffers';
       message: string;
     };
 
@@ -107,6 +107,28 @@ export function gate(i: GateInput): GateResult {
     };
   }
   return { ok: true };
+}
+
+/**
+ * May a revision that declares `wanted` queues start on the work queue as
+ * the broker has it? A queue's type cannot change: its workers would be
+ * refused (QueueArgumentsDiffer) and consume nothing. Checked before any pod
+ * changes, e.g. when an upgrade changes spec.broker.queueType's default
+ * under a JobWorker that never set it. `actual` is undefined when the queue
+ * is not read (no management URL) or does not exist yet: nothing to compare.
+ */
+export function queueTypeGate(i: {
+  candidateRevision: string;
+  queue: string;
+  wanted: string;
+  actual: string | undefined;
+}): GateResult {
+  if (!i.actual || i.actual === i.wanted) return { ok: true };
+  return {
+    ok: false,
+    reason: 'QueueTypeDiffers',
+    message: `Revision ${i.candidateRevision} declares ${i.wanted} queues, but queue "${i.queue}" is a ${i.actual} queue, and a queue's type cannot change: its workers would be refused. Set spec.broker.queueType: ${i.actual} to keep the queue, or move to a new ${i.wanted} queue (spec.broker.queue; docs/compatibility.md, "Choosing a queue type").`,
+  };
 }
 
 // --- rollback, in a fixed order -----------------------------------------------

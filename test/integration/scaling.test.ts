@@ -66,7 +66,11 @@ async function secrets(mgmtUrl = rabbit.mgmtUrl): Promise<void> {
 function jobWorker(
   queue: string,
   scaling: Record<string, unknown>,
-  { prefetch = 8, idempotencyKey = 'mail:{id}' } = {},
+  {
+    prefetch = 8,
+    idempotencyKey = 'mail:{id}',
+    queueType = 'classic',
+  }: { prefetch?: number; idempotencyKey?: string; queueType?: 'classic' | 'quorum' } = {},
 ) {
   return client.apply(
     {
@@ -79,6 +83,7 @@ function jobWorker(
           urlSecretRef: { name: 'rabbitmq', key: 'url' },
           managementUrlSecretRef: { name: 'rabbitmq', key: 'management-url' },
           queue,
+          queueType,
           prefetch,
         },
         claims: { urlSecretRef: { name: 'claims-db', key: 'url' } },
@@ -148,6 +153,7 @@ async function scrapedWorkers(queue: string, dbUrl: string, env: Record<string, 
     [1, 2].map(() =>
       spawnEffectWorker({
         JOBFLEET_QUEUE: queue,
+        JOBFLEET_QUEUE_TYPE: 'classic', // the tests declare classic queues: a head timestamp to compare with
         JOBFLEET_BROKER_URL: rabbit.amqpUrl,
         JOBFLEET_CLAIMS_URL: dbUrl,
         ...env,
@@ -290,7 +296,11 @@ describe('scaling on the age of the oldest message', () => {
   it('quorum queues: the age is estimated and status says so', async () => {
     await secrets();
     await backlog('mail.quorum', 100, 0, 'quorum');
-    await jobWorker('mail.quorum', { minReplicas: 1, maxReplicas: 5, targetOldestAgeSeconds: 10 });
+    await jobWorker(
+      'mail.quorum',
+      { minReplicas: 1, maxReplicas: 5, targetOldestAgeSeconds: 10 },
+      { queueType: 'quorum' },
+    );
     const j = await eventually(
       'an estimated age',
       async () => {

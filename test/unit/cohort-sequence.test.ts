@@ -170,7 +170,7 @@ class World {
       queue: {
         ok: true,
         stats: {
-          type: 'classic',
+          type: p.spec.broker.queueType, // the queue the spec declares
           messagesReady: age > 0 ? 50 : 0,
           messagesUnacked: 0,
           consumers: TOTAL,

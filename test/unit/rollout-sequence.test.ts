@@ -57,6 +57,8 @@ interface Scenario {
   seed?: number;
   /** seconds during which the operator does not reconcile (restart, lost leadership) */
   operatorDown?: (t: number) => boolean;
+  /** the work queue's type on the broker; the spec's when unset */
+  queueType?: 'classic' | 'quorum';
 }
 
 function specJson(
@@ -66,13 +68,18 @@ function specJson(
     producerVersions?: number[];
     image?: string;
     paused?: boolean;
+    queueType?: 'classic' | 'quorum';
   } = {},
   historyLimit = 10,
 ) {
   return {
     ...(overrides.paused !== undefined && { paused: overrides.paused }),
     image: overrides.image ?? 'registry.example.com/w:1',
-    broker: { urlSecretRef: { name: 'r', key: 'url' }, queue: 'q' },
+    broker: {
+      urlSecretRef: { name: 'r', key: 'url' },
+      queue: 'q',
+      ...(overrides.queueType && { queueType: overrides.queueType }),
+    },
     claims: { urlSecretRef: { name: 'c', key: 'url' } },
     contract: {
       idempotencyKey: overrides.keyRule ?? 'order:{id}',
@@ -150,7 +157,7 @@ class World {
           : {
               ok: true,
               stats: {
-                type: 'classic',
+                type: this.sc.queueType ?? this.parsed.broker.queueType,
                 messagesReady: age > 0 ? 10 : 0,
                 messagesUnacked: 0,
                 consumers: REPLICAS,
@@ -486,6 +493,24 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
       reason: 'SchemaVersionIncompatible',
     });
     w.edit(specJson({ schemaVersions: [1, 2], image: 'registry.example.com/w:2' }));
+    w.run(30);
+    expect(w.violations).toEqual([]);
+    expect(w.outcome()).toMatchObject({ running: ['3'], currentRevision: '3', phase: 'Healthy' });
+  });
+
+  it('a change of queue type the broker cannot make (an upgrade changing the default under a JobWorker that never set it) is blocked, and runs once the type is set', () => {
+    const classic = specJson({ queueType: 'classic' });
+    const w = settled({ queueType: 'classic', age: () => 5 }, classic);
+    // the spec as read after the upgrade: no queueType, so the new default
+    w.edit(specJson({ image: 'registry.example.com/w:2' }));
+    w.run(10);
+    expect(w.status?.conditions?.find((c) => c.type === 'RolloutBlocked')).toMatchObject({
+      status: 'True',
+      reason: 'QueueTypeDiffers',
+      message: expect.stringContaining('Set spec.broker.queueType: classic'),
+    });
+    expect(w.outcome()).toMatchObject({ running: ['1'], currentRevision: '1' });
+    w.edit(specJson({ image: 'registry.example.com/w:2', queueType: 'classic' }));
     w.run(30);
     expect(w.violations).toEqual([]);
     expect(w.outcome()).toMatchObject({ running: ['3'], currentRevision: '3', phase: 'Healthy' });
