@@ -25,6 +25,14 @@ export function verdict(jw: JobWorkerView): Verdict {
   return 3;
 }
 
+/** Where the age comes from, when it is not the broker's own head timestamp. */
+function ageFrom(st: NonNullable<JobWorkerView['status']>): string {
+  if (st.ageSource === 'DeliveryTimestamps') return " (measured from the workers' deliveries)";
+  if (st.ageSource !== 'Estimated') return '';
+  const why = st.conditions?.find((c) => c.type === 'AgeMeasured' && c.status === 'False')?.reason;
+  return ` (estimated${why ? `: ${why}` : ''})`;
+}
+
 export function statusLines(jw: JobWorkerView, now = new Date()): string[] {
   const st = jw.status ?? {};
   const lines = [
@@ -32,7 +40,7 @@ export function statusLines(jw: JobWorkerView, now = new Date()): string[] {
     `Phase:       ${st.phase ?? 'Unknown'}${(st.observedGeneration ?? 0) < (jw.metadata.generation ?? 0) ? ' (not yet observed: the operator has not seen the latest spec)' : ''}`,
     `Revision:    current ${st.currentRevision ?? '-'}, update ${st.updateRevision ?? '-'}${st.abortedRevision ? `, aborted ${st.abortedRevision}` : ''}`,
     `Replicas:    desired ${st.desiredReplicas ?? '-'}, ready ${st.readyReplicas ?? '-'}`,
-    `Oldest age:  ${st.oldestMessageAgeSeconds !== undefined ? `${st.oldestMessageAgeSeconds} s` : '-'}${st.ageSource === 'Estimated' ? ' (estimated)' : ''}, depth ${st.queueDepth ?? '-'}${st.scaling?.limitedBy ? `, limited by ${st.scaling.limitedBy}` : ''}`,
+    `Oldest age:  ${st.oldestMessageAgeSeconds !== undefined ? `${st.oldestMessageAgeSeconds} s` : '-'}${ageFrom(st)}, depth ${st.queueDepth ?? '-'}${st.scaling?.limitedBy ? `, limited by ${st.scaling.limitedBy}` : ''}`,
   ];
   if (st.capacityPerReplica !== undefined)
     lines.push(

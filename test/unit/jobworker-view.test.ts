@@ -42,6 +42,30 @@ describe('kubectl jobworker status: capacity', () => {
   });
 });
 
+describe('kubectl jobworker status: the age and where it comes from', () => {
+  it('says when it is measured from deliveries, and when estimated, why', () => {
+    const line = (status: Record<string, unknown>) =>
+      statusLines(jw({ phase: 'Healthy', queueDepth: 40, ...status })).find((l) =>
+        l.startsWith('Oldest age'),
+      );
+    expect(line({ oldestMessageAgeSeconds: 3.2, ageSource: 'HeadTimestamp' })).toBe(
+      'Oldest age:  3.2 s, depth 40',
+    );
+    expect(line({ oldestMessageAgeSeconds: 3.2, ageSource: 'DeliveryTimestamps' })).toBe(
+      "Oldest age:  3.2 s (measured from the workers' deliveries), depth 40",
+    );
+    expect(
+      line({
+        oldestMessageAgeSeconds: 9,
+        ageSource: 'Estimated',
+        conditions: [
+          { type: 'AgeMeasured', status: 'False', reason: 'NoMessageTimestamps', message: '…' },
+        ],
+      }),
+    ).toBe('Oldest age:  9 s (estimated: NoMessageTimestamps), depth 40');
+  });
+});
+
 describe('kubectl jobworker why', () => {
   it('says what blocks, and that nothing does', () => {
     const blocked = jw({
