@@ -41,7 +41,7 @@ function withSpec(patch: (s: Record<string, any>) => void): Record<string, unkno
 describe('JobWorker CRD', () => {
   it('accepts the example and fills the defaults', async () => {
     const jw = await create('ok', example.spec);
-    expect(jw.spec.broker).toMatchObject({ prefetch: 8, queueType: 'classic' });
+    expect(jw.spec.broker).toMatchObject({ prefetch: 8, queueType: 'quorum' });
     expect(jw.spec.retry).toEqual({
       maxAttempts: 5,
       maxThrottledRetries: 100,

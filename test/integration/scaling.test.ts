@@ -236,6 +236,7 @@ describe('scaling on the age of the oldest message', () => {
     await createEffectsTable(db.pool);
     const worker = await spawnEffectWorker({
       JOBFLEET_QUEUE: 'mail.send',
+      JOBFLEET_QUEUE_TYPE: 'classic',
       JOBFLEET_BROKER_URL: rabbit.amqpUrl,
       JOBFLEET_CLAIMS_URL: db.url,
       JOBFLEET_TEST_TYPE: 'send',
