@@ -342,47 +342,83 @@ function summary(c: RevisionFigures, st: RevisionFigures): string {
   return `cohort ${c.handled} handled (dead-lettered ${pct(ratio(c.deadLettered, c))}, retried ${pct(ratio(c.retried, c))}, duplicates ${pct(ratio(c.duplicates, c))}, p95 ${lat(c)}) vs stable ${st.handled} (${pct(ratio(st.deadLettered, st))}, ${pct(ratio(st.retried, st))}, ${pct(ratio(st.duplicates, st))}, ${lat(st)})`;
 }
 
+type Failure = { check: CohortCheck; reason: string };
+
 /** The first failing check, with the figures that failed it; undefined: all pass so far. */
-function judge(
-  i: CohortInput,
-  s: CohortState,
-  over: boolean,
-): { check: CohortCheck; reason: string } | undefined {
+function judge(i: CohortInput, s: CohortState, over: boolean): Failure | undefined {
+  return restartsCheck(i, s) ?? ageCheck(i, s) ?? comparedChecks(i, s, over);
+}
+
+function restartsCheck(i: CohortInput, s: CohortState): Failure | undefined {
+  const c = s.figures!.cohort;
+  if (c.restarts < i.checks.maxRestarts) return undefined;
+  return {
+    check: 'Restarts',
+    reason: `a cohort pod of revision ${s.revision} restarted ${c.restarts} times (limit ${i.checks.maxRestarts}): it crash-loops`,
+  };
+}
+
+function ageCheck(i: CohortInput, s: CohortState): Failure | undefined {
+  const since = risingSince(i, s);
+  if (!since || i.now.getTime() - Date.parse(since) < RISE_SUSTAIN_MS) return undefined;
+  return {
+    check: 'Age',
+    reason: `queue age rose from ${Math.round(s.ageAtStart ?? 0)} s to ${Math.round(i.ageSeconds!)} s, past the ${i.objectiveSeconds} s objective`,
+  };
+}
+
+/**
+ * The checks that compare the cohort with the stable revision. A stable side
+ * with too little (a 100% step) is replaced by what it did in an earlier
+ * step; with neither (a fleet of one, a first step at 100%) there is nothing
+ * to compare with, and only age and restarts are judged.
+ */
+function comparedChecks(i: CohortInput, s: CohortState, over: boolean): Failure | undefined {
   const c = s.figures!.cohort;
   const st = s.figures!.stable;
   const k = i.checks;
-  if (c.restarts >= k.maxRestarts)
-    return {
-      check: 'Restarts',
-      reason: `a cohort pod of revision ${s.revision} restarted ${c.restarts} times (limit ${k.maxRestarts}): it crash-loops`,
-    };
-  const since = risingSince(i, s);
-  if (since && i.now.getTime() - Date.parse(since) >= RISE_SUSTAIN_MS)
-    return {
-      check: 'Age',
-      reason: `queue age rose from ${Math.round(s.ageAtStart ?? 0)} s to ${Math.round(i.ageSeconds!)} s, past the ${i.objectiveSeconds} s objective`,
-    };
-  // A stable side with too little (a 100% step) is replaced by what it did
-  // in an earlier step; with neither (a fleet of one, a first step at 100%)
-  // there is nothing to compare with, and only age and restarts are judged.
   const base = st.handled >= k.minJobs ? st : s.baseline;
   if (!base) return undefined;
-  if (c.handled < k.minJobs) {
-    // A cohort too slow to reach minJobs by the window's end, where the
-    // stable revision's pace per delivery slot would have got it well past.
-    const pace = base.handled / Math.max(1, base.pods * i.prefetch);
-    const expected = pace * c.pods * prefetchOf(i, s);
-    return over && expected >= 2 * k.minJobs && c.handled < expected / 4
-      ? {
-          check: 'Throughput',
-          reason: `the cohort handled ${c.handled} deliveries in the window where, at the stable revision's pace per delivery slot, it would have handled about ${Math.round(expected)}`,
-        }
-      : undefined;
-  }
+  if (c.handled < k.minJobs) return throughputCheck(i, s, base, over);
   // Judged all through the window (an early abort needs five standard
   // errors: looking again and again must not turn noise into an abort), and
   // at its end with three.
   const significance = over ? 3 : 5;
+  return (
+    rateChecks(k, c, base, significance) ??
+    collapseCheck(c, base) ??
+    latencyCheck(k, c, base, significance)
+  );
+}
+
+/**
+ * A cohort too slow to reach minJobs by the window's end, where the stable
+ * revision's pace per delivery slot would have got it well past.
+ */
+function throughputCheck(
+  i: CohortInput,
+  s: CohortState,
+  base: RevisionFigures,
+  over: boolean,
+): Failure | undefined {
+  const c = s.figures!.cohort;
+  const pace = base.handled / Math.max(1, base.pods * i.prefetch);
+  const expected = pace * c.pods * prefetchOf(i, s);
+  return over && expected >= 2 * i.checks.minJobs && c.handled < expected / 4
+    ? {
+        check: 'Throughput',
+        reason: `the cohort handled ${c.handled} deliveries in the window where, at the stable revision's pace per delivery slot, it would have handled about ${Math.round(expected)}`,
+      }
+    : undefined;
+}
+
+/** Dead letters, duplicates and retries per handled delivery, each against its limit. */
+function rateChecks(
+  k: CohortInput['checks'],
+  c: RevisionFigures,
+  base: RevisionFigures,
+  significance: number,
+): Failure | undefined {
   const worse = (
     check: CohortCheck,
     what: string,
@@ -390,7 +426,7 @@ function judge(
     sPart: number,
     limit: number,
     detail = '',
-  ) => {
+  ): Failure | undefined => {
     const cr = ratio(cPart, c);
     const sr = ratio(sPart, base);
     // Not a chance difference: beyond the limit by `significance` standard
@@ -409,7 +445,7 @@ function judge(
     .sort((a, b) => b[1] - a[1])
     .map(([cl, v]) => `${cl} ${v}`)
     .join(', ');
-  const failed =
+  return (
     worse(
       'DeadLetters',
       'dead-lettered per handled delivery',
@@ -431,40 +467,52 @@ function judge(
       c.retried,
       base.retried,
       k.maxRetryRatioIncrease,
-    );
-  if (failed) return failed;
-  // Suppression collapsed: the stable revision suppresses duplicates that the
-  // cohort runs again (its claims are not where the stable revision's are, or
-  // its keys no longer match theirs). Judged once the cohort should have
-  // suppressed enough to tell.
+    )
+  );
+}
+
+/**
+ * Suppression collapsed: the stable revision suppresses duplicates that the
+ * cohort runs again (its claims are not where the stable revision's are, or
+ * its keys no longer match theirs). Judged once the cohort should have
+ * suppressed enough to tell.
+ */
+function collapseCheck(c: RevisionFigures, base: RevisionFigures): Failure | undefined {
   const sDup = ratio(base.duplicates, base);
   const cDup = ratio(c.duplicates, c);
   if (
-    base.duplicates >= COLLAPSE_EXPECTED &&
-    sDup * c.handled >= COLLAPSE_EXPECTED &&
-    cDup < sDup / 4
+    base.duplicates < COLLAPSE_EXPECTED ||
+    sDup * c.handled < COLLAPSE_EXPECTED ||
+    cDup >= sDup / 4
   )
-    return {
-      check: 'Duplicates',
-      reason: `duplicate suppression collapsed: cohort ${pct(cDup)} (${c.duplicates} of ${c.handled}) of its deliveries suppressed as duplicates or claim conflicts vs stable ${pct(sDup)} (${base.duplicates} of ${base.handled}); the cohort runs again what the stable revision suppresses`,
-    };
+    return undefined;
+  return {
+    check: 'Duplicates',
+    reason: `duplicate suppression collapsed: cohort ${pct(cDup)} (${c.duplicates} of ${c.handled}) of its deliveries suppressed as duplicates or claim conflicts vs stable ${pct(sDup)} (${base.duplicates} of ${base.handled}); the cohort runs again what the stable revision suppresses`,
+  };
+}
+
+function latencyCheck(
+  k: CohortInput['checks'],
+  c: RevisionFigures,
+  base: RevisionFigures,
+  significance: number,
+): Failure | undefined {
   const sp = p95(base);
-  if (sp !== undefined) {
-    // Bucket bounds are coarse: the bucket above the stable's is always allowed.
-    const above = LATENCY_BOUNDS[LATENCY_BOUNDS.indexOf(sp) + 1] ?? Infinity;
-    const limit = Math.max(sp * k.maxLatencyP95Ratio, Number.isFinite(above) ? above : 0);
-    // p95 above the limit: more than 5% of the cohort's runs took longer. Not
-    // by chance, as for the rates: beyond 5% by `significance` standard
-    // errors (binomial), so that a new pod's few cold-start runs among its
-    // first jobs do not abort a good revision. A cohort without runs has none over.
-    const { runs, over: slow, bound } = runsOver(c, limit);
-    if (slow - 0.05 * runs > significance * Math.sqrt(runs * 0.05 * 0.95))
-      return {
-        check: 'Latency',
-        reason: `handler latency p95: cohort ${latencyWords(c)} vs stable ${latencyWords(base)}, more than ${k.maxLatencyP95Ratio}× (limit ${limit} s; ${slow} of the cohort's ${runs} runs took over ${bound} s)`,
-      };
-  }
-  return undefined;
+  if (sp === undefined) return undefined;
+  // Bucket bounds are coarse: the bucket above the stable's is always allowed.
+  const above = LATENCY_BOUNDS[LATENCY_BOUNDS.indexOf(sp) + 1] ?? Infinity;
+  const limit = Math.max(sp * k.maxLatencyP95Ratio, Number.isFinite(above) ? above : 0);
+  // p95 above the limit: more than 5% of the cohort's runs took longer. Not
+  // by chance, as for the rates: beyond 5% by `significance` standard
+  // errors (binomial), so that a new pod's few cold-start runs among its
+  // first jobs do not abort a good revision. A cohort without runs has none over.
+  const { runs, over: slow, bound } = runsOver(c, limit);
+  if (slow - 0.05 * runs <= significance * Math.sqrt(runs * 0.05 * 0.95)) return undefined;
+  return {
+    check: 'Latency',
+    reason: `handler latency p95: cohort ${latencyWords(c)} vs stable ${latencyWords(base)}, more than ${k.maxLatencyP95Ratio}× (limit ${limit} s; ${slow} of the cohort's ${runs} runs took over ${bound} s)`,
+  };
 }
 
 function aborting(
