@@ -155,138 +155,169 @@ const prefetchOf = (i: CohortInput, s: CohortState) =>
   prefetchAt(i.steps[s.step - 1] ?? i.steps[i.steps.length - 1]!, i.prefetch);
 
 export function cohortStep(i: CohortInput): CohortOutput {
-  const now = i.now;
-  let s = i.state;
   const events: CohortOutput['events'] = [];
-  const n = i.steps.length;
-  // A revision other than the one the cohort runs is wanted, or the gate now
-  // refuses it: the cohort goes, drained first. A promotion under way
-  // finishes first (the stable Deployment already moves to the cohort's
-  // revision) unless that revision's spec is not at hand; the change follows.
+  const s = settled(i, events);
+  if (s.phase === 'Aborting') return abortingStep(i, s, events);
+  if (s.phase === 'Promoting') return promotingStep(i, s, events);
+  return analyzingStep(i, s, events);
+}
+
+/**
+ * The cohort this reconcile works on. A revision other than the one the
+ * cohort runs is wanted, or the gate now refuses it: the cohort goes, drained
+ * first. A promotion under way finishes first (the stable Deployment already
+ * moves to the cohort's revision) unless that revision's spec is not at
+ * hand; the change follows. No cohort yet: one starts at step 1 (called so
+ * only for a revision to start: src/reconcile/rollout-plan.ts).
+ */
+function settled(i: CohortInput, events: CohortOutput['events']): CohortState {
+  const s = i.state;
   const analyzing = s?.phase === 'Analyzing' || s?.phase === 'Waiting';
   if (s && analyzing && (i.unwanted || s.revision !== i.revision))
-    s = aborting(
+    return aborting(
       s,
-      now,
+      i.now,
       i.drainSeconds,
       i.unwanted?.check ?? 'SpecChanged',
       i.unwanted?.reason ?? `the spec now asks for revision ${i.revision}`,
       events,
     );
   if (s?.phase === 'Promoting' && !i.canPromote)
-    s = aborting(
+    return aborting(
       s,
-      now,
+      i.now,
       i.drainSeconds,
       'Unrecorded',
       `revision ${s.revision}'s spec is not recorded (its ControllerRevision is gone), so the stable Deployment cannot move to it`,
       events,
     );
-  // (called with no cohort only for a revision to start: src/reconcile/rollout-plan.ts)
-  if (!s) {
-    s = startStep(i, 1, now);
-    events.push({
-      type: 'Normal',
-      reason: 'CohortStarted',
-      message: `Revision ${i.revision} starts as a cohort of ${plural(s.replicas, 'replica')} (prefetch ${prefetchAt(i.steps[0]!, i.prefetch)}) beside revision ${i.stable} (${plural(s.stableReplicas, 'replica')}): step 1 of ${n}.`,
-    });
-  }
+  if (s) return s;
+  const started = startStep(i, 1, i.now);
+  events.push({
+    type: 'Normal',
+    reason: 'CohortStarted',
+    message: `Revision ${i.revision} starts as a cohort of ${plural(started.replicas, 'replica')} (prefetch ${prefetchAt(i.steps[0]!, i.prefetch)}) beside revision ${i.stable} (${plural(started.stableReplicas, 'replica')}): step 1 of ${i.steps.length}.`,
+  });
+  return started;
+}
 
-  if (s.phase === 'Aborting') return abortingStep(i, s, events);
-  if (s.phase === 'Promoting') return promotingStep(i, s, events);
-
-  // Analyzing or Waiting: the step's replicas follow the fleet's total, and
-  // the stable revision gives way only as cohort pods become ready: no gap.
-  const step = i.steps[s.step - 1] ?? i.steps[n - 1]!;
+/**
+ * Analyzing or Waiting: the step's replicas follow the fleet's total, and the
+ * stable revision gives way only as cohort pods become ready: no gap. The
+ * figures accumulate; a failed check aborts; a step passed (or skipped by
+ * hand) moves on.
+ */
+function analyzingStep(
+  i: CohortInput,
+  current: CohortState,
+  events: CohortOutput['events'],
+): CohortOutput {
+  const n = i.steps.length;
+  const step = i.steps[current.step - 1] ?? i.steps[n - 1]!;
   const replicas = cohortReplicas(step, i.total);
-  s = { ...s, replicas, stableReplicas: i.total - Math.min(replicas, i.cohortReady) };
+  const sized = {
+    ...current,
+    replicas,
+    stableReplicas: i.total - Math.min(replicas, i.cohortReady),
+  };
   const acc = accumulate(
-    { cohort: s.figures?.cohort ?? noFigures(), stable: s.figures?.stable ?? noFigures() },
+    { cohort: sized.figures?.cohort ?? noFigures(), stable: sized.figures?.stable ?? noFigures() },
     i.memory ?? {},
     i.samples ?? [],
-    { cohort: s.revision, stable: s.stable },
-    s.figures?.at ?? s.stepStartedAt,
+    { cohort: sized.revision, stable: sized.stable },
+    sized.figures?.at ?? sized.stepStartedAt,
   );
-  s = {
-    ...s,
+  const figured: CohortState = {
+    ...sized,
     figures: {
-      since: s.figures?.since ?? s.stepStartedAt,
-      at: iso(now),
+      since: sized.figures?.since ?? sized.stepStartedAt,
+      at: iso(i.now),
       cohort: acc.cohort,
       stable: acc.stable,
     },
   };
-  const cmd = i.command?.revision === s.revision ? i.command : undefined;
+  const abort = (st: CohortState, check: CohortCheck, reason: string) =>
+    abortingStep(i, aborting(st, i.now, i.drainSeconds, check, reason, events), events, acc.memory);
+  const cmd = i.command?.revision === figured.revision ? i.command : undefined;
   if (cmd?.action === 'abort')
-    return abortingStep(
-      i,
-      aborting(s, now, i.drainSeconds, 'Manual', `aborted by ${cmd.by}: ${cmd.reason}`, events),
-      events,
-      acc.memory,
-    );
-
+    return abort(figured, 'Manual', `aborted by ${cmd.by}: ${cmd.reason}`);
   // The window starts once the cohort's pods are ready: a step is watched whole.
   const windowMs = (step.analysisSeconds ?? i.analysisSeconds) * 1000;
-  if (!s.analysisUntil && replicas > 0 && i.cohortReady >= replicas)
-    s = { ...s, analysisUntil: iso(new Date(now.getTime() + windowMs)) };
-  const over = s.analysisUntil !== undefined && now.getTime() >= Date.parse(s.analysisUntil);
+  const s =
+    !figured.analysisUntil && replicas > 0 && i.cohortReady >= replicas
+      ? { ...figured, analysisUntil: iso(new Date(i.now.getTime() + windowMs)) }
+      : figured;
+  const over = s.analysisUntil !== undefined && i.now.getTime() >= Date.parse(s.analysisUntil);
   const failed = judge(i, s, over);
-  if (failed)
-    return abortingStep(
-      i,
-      aborting(s, now, i.drainSeconds, failed.check, failed.reason, events),
-      events,
-      acc.memory,
-    );
-  s = { ...s, overObjectiveSince: risingSince(i, s) };
+  if (failed) return abort(s, failed.check, failed.reason);
+  const judged = { ...s, overObjectiveSince: risingSince(i, s) };
   const skipped = cmd?.action === 'promote' && (cmd.step === undefined || cmd.step === s.step);
-  const enough = acc.cohort.handled >= i.checks.minJobs;
-  if (skipped || (over && enough)) {
-    const passed = skipped
-      ? `skipped by ${cmd.by}: ${cmd.reason}`
-      : `passed: ${summary(s.figures!.cohort, s.figures!.stable)}`;
-    events.push({
-      type: skipped ? 'Warning' : 'Normal',
-      reason: skipped ? 'CohortStepSkipped' : 'CohortStepPassed',
-      message: `Revision ${s.revision}, step ${s.step} of ${n} (${plural(replicas, 'replica')}) ${passed}.`,
-    });
-    if (s.step >= n) {
-      const promoting: CohortState = {
-        ...s,
-        phase: 'Promoting',
-        stepStartedAt: iso(now),
-        message: `Every step passed: the stable Deployment moves to revision ${s.revision}.`,
-      };
-      events.push({
-        type: 'Normal',
-        reason: 'CohortPromoting',
-        message: `Revision ${s.revision} passed its ${plural(n, 'step')}: the stable Deployment rolls to it, and the cohort leaves as its pods become ready.`,
-      });
-      return promotingStep(i, promoting, events, {});
-    }
-    const stableNow = s.figures!.stable;
-    const baseline = stableNow.handled >= i.checks.minJobs ? stableNow : s.baseline;
-    const next: CohortState = { ...startStep(i, s.step + 1, now), ...(baseline && { baseline }) };
+  if (skipped || (over && acc.cohort.handled >= i.checks.minJobs))
+    return passedStep(i, judged, events, skipped ? cmd : undefined);
+  return running(i, waiting(i, judged, over, acc), events, acc.memory);
+}
+
+/** A step passed (or skipped by hand): the next step starts, or after the last, the promotion. */
+function passedStep(
+  i: CohortInput,
+  s: CohortState,
+  events: CohortOutput['events'],
+  skippedBy?: CohortCommand,
+): CohortOutput {
+  const n = i.steps.length;
+  const passed = skippedBy
+    ? `skipped by ${skippedBy.by}: ${skippedBy.reason}`
+    : `passed: ${summary(s.figures!.cohort, s.figures!.stable)}`;
+  events.push({
+    type: skippedBy ? 'Warning' : 'Normal',
+    reason: skippedBy ? 'CohortStepSkipped' : 'CohortStepPassed',
+    message: `Revision ${s.revision}, step ${s.step} of ${n} (${plural(s.replicas, 'replica')}) ${passed}.`,
+  });
+  if (s.step >= n) {
+    const promoting: CohortState = {
+      ...s,
+      phase: 'Promoting',
+      stepStartedAt: iso(i.now),
+      message: `Every step passed: the stable Deployment moves to revision ${s.revision}.`,
+    };
     events.push({
       type: 'Normal',
-      reason: 'CohortStep',
-      message: `Revision ${s.revision} grows to ${plural(next.replicas, 'replica')} of ${i.total}: step ${next.step} of ${n}.`,
+      reason: 'CohortPromoting',
+      message: `Revision ${s.revision} passed its ${plural(n, 'step')}: the stable Deployment rolls to it, and the cohort leaves as its pods become ready.`,
     });
-    return running(i, next, events, {});
+    return promotingStep(i, promoting, events, {});
   }
+  const stableNow = s.figures!.stable;
+  const baseline = stableNow.handled >= i.checks.minJobs ? stableNow : s.baseline;
+  const next: CohortState = { ...startStep(i, s.step + 1, i.now), ...(baseline && { baseline }) };
+  events.push({
+    type: 'Normal',
+    reason: 'CohortStep',
+    message: `Revision ${s.revision} grows to ${plural(next.replicas, 'replica')} of ${i.total}: step ${next.step} of ${n}.`,
+  });
+  return running(i, next, events, {});
+}
+
+/** Still analyzing, or waiting for enough deliveries to judge: what the step says meanwhile. */
+function waiting(
+  i: CohortInput,
+  s: CohortState,
+  over: boolean,
+  acc: { cohort: RevisionFigures; stable: RevisionFigures },
+): CohortState {
+  const n = i.steps.length;
   const left = s.analysisUntil
-    ? Math.max(0, Math.ceil((Date.parse(s.analysisUntil) - now.getTime()) / 1000))
+    ? Math.max(0, Math.ceil((Date.parse(s.analysisUntil) - i.now.getTime()) / 1000))
     : undefined;
-  s = {
+  return {
     ...s,
     phase: over ? 'Waiting' : 'Analyzing',
     message: !s.analysisUntil
-      ? `Step ${s.step} of ${n}: waiting for the cohort's ${plural(replicas, 'pod')} to be ready (${i.cohortReady} ready).`
+      ? `Step ${s.step} of ${n}: waiting for the cohort's ${plural(s.replicas, 'pod')} to be ready (${i.cohortReady} ready).`
       : over
         ? `Step ${s.step} of ${n}: the window is over, but the cohort has handled ${acc.cohort.handled} of the ${i.checks.minJobs} deliveries needed to judge it; waiting (kubectl jobworker promote skips the step).`
         : `Step ${s.step} of ${n}: ${left} s left; ${summary(acc.cohort, acc.stable)}.`,
   };
-  return running(i, s, events, acc.memory);
 }
 
 function startStep(i: CohortInput, step: number, now: Date): CohortState {
