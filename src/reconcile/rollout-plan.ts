@@ -36,6 +36,7 @@ import {
   rollbackStep,
   type AnalysisState,
   type Contract,
+  type GateResult,
   type LastRollback,
   type RolloutState,
   type RolloutStatus,
@@ -367,7 +368,7 @@ interface Gated {
 }
 
 function gatePhase(i: RolloutInput, revs: Revisions, aim: Aim): Gated | { need: RolloutNeed } {
-  const { raw, spec, previous } = i;
+  const { raw, previous } = i;
   const a = i.answers;
   const open: Gated = { aim, blocked: false, keyRuleOverridden: false, conditions: [], events: [] };
   // A Deployment deleted by hand is recreated at the revision that ran, not
@@ -397,29 +398,7 @@ function gatePhase(i: RolloutInput, revs: Revisions, aim: Aim): Gated | { need: 
   if (!('seenVersions' in a)) return { need: { kind: 'seenVersions' } };
   const keyRuleChanges = running.keyRule !== candidate.keyRule;
   if (override && keyRuleChanges && !('queued' in a)) return { need: { kind: 'queued' } };
-  // Only the spec's own revision is checked: an earlier one ran on this queue.
-  const typeGate =
-    aim.target === revs.specRevision
-      ? queueTypeGate({
-          candidateRevision: aim.target,
-          queue: spec.broker.queue,
-          wanted: spec.broker.queueType,
-          actual: i.queueType,
-        })
-      : { ok: true as const };
-  const g = !typeGate.ok
-    ? typeGate
-    : gate({
-        kind: Number(aim.target) < Number(runningRevision) ? 'rollback' : 'rollout',
-        runningRevision,
-        running,
-        candidateRevision: aim.target,
-        candidate,
-        producerVersions: spec.contract.producerVersions,
-        observedVersions: a.seenVersions,
-        override,
-        queuedMessages: override && keyRuleChanges ? a.queued : undefined,
-      });
+  const g = compatible(i, revs, aim.target, runningRevision, running, candidate);
   if (!g.ok) {
     const auto = aim.trigger === 'AutoRollback';
     return refuse(
@@ -446,6 +425,44 @@ function gatePhase(i: RolloutInput, revs: Revisions, aim: Aim): Gated | { need: 
       },
     ],
   };
+}
+
+/**
+ * The queue's type (for the spec's own revision: an earlier one ran on this
+ * queue), then the contract (./rollout.ts's gate).
+ */
+function compatible(
+  i: RolloutInput,
+  revs: Revisions,
+  target: string,
+  runningRevision: string,
+  running: Contract,
+  candidate: Contract,
+): GateResult {
+  const { spec } = i;
+  const typeGate =
+    target === revs.specRevision
+      ? queueTypeGate({
+          candidateRevision: target,
+          queue: spec.broker.queue,
+          wanted: spec.broker.queueType,
+          actual: i.queueType,
+        })
+      : { ok: true as const };
+  if (!typeGate.ok) return typeGate;
+  const override = i.raw.metadata.annotations?.[ALLOW_KEY_RULE_CHANGE];
+  return gate({
+    kind: Number(target) < Number(runningRevision) ? 'rollback' : 'rollout',
+    runningRevision,
+    running,
+    candidateRevision: target,
+    candidate,
+    producerVersions: spec.contract.producerVersions,
+    observedVersions: i.answers.seenVersions,
+    override,
+    queuedMessages:
+      override && running.keyRule !== candidate.keyRule ? i.answers.queued : undefined,
+  });
 }
 
 /**
@@ -649,37 +666,53 @@ function templatePhase(
 
 type CohortPlan = Omit<RolloutPlan, 'history' | 'evicted' | 'specRevision' | 'blocked'>;
 
-/** A Cohort rollout's reconcile: the reads its phase needs, then ./cohort.ts decides. */
-function cohortPlan(
-  i: RolloutInput,
-  o: {
-    unwanted?: { check: 'SpecChanged' | 'Blocked'; reason: string };
-    target: string;
-    deployed: string;
-    specRevision: string;
-  },
-): CohortPlan | { need: RolloutNeed } {
-  const { spec, previous, answers: a } = i;
-  const running = previous?.cohort;
-  const status = (d: KubeObject | undefined) =>
-    (d?.status ?? {}) as { readyReplicas?: number; replicas?: number };
+interface CohortTarget {
+  unwanted?: { check: 'SpecChanged' | 'Blocked'; reason: string };
+  target: string;
+  deployed: string;
+  specRevision: string;
+}
+
+/** What a cohort's phase needs read: its pods while it drains, its samples while it is judged, the spec it promotes. */
+interface CohortReads {
+  cohortPods: number | undefined;
+  cohortRevision: string;
+  promotedSpec: JobWorkerSpec | undefined;
+}
+
+const deploymentStatus = (d: KubeObject | undefined) =>
+  (d?.status ?? {}) as { readyReplicas?: number; replicas?: number };
+
+function cohortReads(i: RolloutInput, o: CohortTarget): CohortReads | { need: RolloutNeed } {
+  const a = i.answers;
+  const running = i.previous?.cohort;
   let cohortPods: number | undefined;
   if (running?.phase === 'Aborting') {
     const pods = a.pods?.[running.revision];
     if (!pods) return { need: { kind: 'pods', revision: running.revision } };
     cohortPods = pods.length;
-  } else if (running?.phase === 'Promoting') cohortPods = status(i.cohortDeployment).replicas ?? 0;
+  } else if (running?.phase === 'Promoting')
+    cohortPods = deploymentStatus(i.cohortDeployment).replicas ?? 0;
   const analyzing = running && (running.phase === 'Analyzing' || running.phase === 'Waiting');
   if (analyzing && !a.cohortSamples) return { need: { kind: 'cohortSamples' } };
   // The stable Deployment moves to the cohort's revision at the end: from the
   // spec, or (the spec has moved on) from that revision's recorded spec.
   const cohortRevision = running?.revision ?? o.target;
-  let promotedSpec: JobWorkerSpec | undefined = spec;
-  if (cohortRevision !== o.specRevision && running?.phase === 'Promoting') {
-    const recorded = recordedSpec(cohortRevision, i.previous?.history, a);
-    if (recorded && 'need' in recorded) return recorded;
-    promotedSpec = recorded;
-  }
+  if (cohortRevision === o.specRevision || running?.phase !== 'Promoting')
+    return { cohortPods, cohortRevision, promotedSpec: i.spec };
+  const recorded = recordedSpec(cohortRevision, i.previous?.history, a);
+  if (recorded && 'need' in recorded) return recorded;
+  return { cohortPods, cohortRevision, promotedSpec: recorded };
+}
+
+/** A Cohort rollout's reconcile: the reads its phase needs, then ./cohort.ts decides. */
+function cohortPlan(i: RolloutInput, o: CohortTarget): CohortPlan | { need: RolloutNeed } {
+  const reads = cohortReads(i, o);
+  if ('need' in reads) return reads;
+  const { spec, previous } = i;
+  const running = previous?.cohort;
+  const status = deploymentStatus;
+  const { cohortPods, promotedSpec } = reads;
   const out: CohortOutput = cohortStep({
     now: i.now,
     state: running,
@@ -698,11 +731,23 @@ function cohortPlan(
     cohortPods,
     stableReady: status(i.deployment).readyReplicas ?? 0,
     promoted: running ? onlyRevision(i.deployment, running.revision) : false,
-    samples: a.cohortSamples,
+    samples: i.answers.cohortSamples,
     memory: i.cohortMemory,
     ageSeconds: i.ageSeconds,
     command: parseCommand(i.raw.metadata.annotations?.[ANNOTATION_COHORT_COMMAND]),
   });
+  return cohortPlanOf(i, o, reads, out);
+}
+
+/** What the cohort's step decided, as the rollout's plan. */
+function cohortPlanOf(
+  i: RolloutInput,
+  o: CohortTarget,
+  reads: CohortReads,
+  out: CohortOutput,
+): CohortPlan {
+  const { spec, previous } = i;
+  const { cohortRevision, promotedSpec } = reads;
   const s = out.state;
   const f = out.finished;
   const promoted = out.stable.promoted && promotedSpec !== undefined;
