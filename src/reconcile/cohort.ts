@@ -155,138 +155,169 @@ const prefetchOf = (i: CohortInput, s: CohortState) =>
   prefetchAt(i.steps[s.step - 1] ?? i.steps[i.steps.length - 1]!, i.prefetch);
 
 export function cohortStep(i: CohortInput): CohortOutput {
-  const now = i.now;
-  let s = i.state;
   const events: CohortOutput['events'] = [];
-  const n = i.steps.length;
-  // A revision other than the one the cohort runs is wanted, or the gate now
-  // refuses it: the cohort goes, drained first. A promotion under way
-  // finishes first (the stable Deployment already moves to the cohort's
-  // revision) unless that revision's spec is not at hand; the change follows.
+  const s = settled(i, events);
+  if (s.phase === 'Aborting') return abortingStep(i, s, events);
+  if (s.phase === 'Promoting') return promotingStep(i, s, events);
+  return analyzingStep(i, s, events);
+}
+
+/**
+ * The cohort this reconcile works on. A revision other than the one the
+ * cohort runs is wanted, or the gate now refuses it: the cohort goes, drained
+ * first. A promotion under way finishes first (the stable Deployment already
+ * moves to the cohort's revision) unless that revision's spec is not at
+ * hand; the change follows. No cohort yet: one starts at step 1 (called so
+ * only for a revision to start: src/reconcile/rollout-plan.ts).
+ */
+function settled(i: CohortInput, events: CohortOutput['events']): CohortState {
+  const s = i.state;
   const analyzing = s?.phase === 'Analyzing' || s?.phase === 'Waiting';
   if (s && analyzing && (i.unwanted || s.revision !== i.revision))
-    s = aborting(
+    return aborting(
       s,
-      now,
+      i.now,
       i.drainSeconds,
       i.unwanted?.check ?? 'SpecChanged',
       i.unwanted?.reason ?? `the spec now asks for revision ${i.revision}`,
       events,
     );
   if (s?.phase === 'Promoting' && !i.canPromote)
-    s = aborting(
+    return aborting(
       s,
-      now,
+      i.now,
       i.drainSeconds,
       'Unrecorded',
       `revision ${s.revision}'s spec is not recorded (its ControllerRevision is gone), so the stable Deployment cannot move to it`,
       events,
     );
-  // (called with no cohort only for a revision to start: src/reconcile/rollout-plan.ts)
-  if (!s) {
-    s = startStep(i, 1, now);
-    events.push({
-      type: 'Normal',
-      reason: 'CohortStarted',
-      message: `Revision ${i.revision} starts as a cohort of ${plural(s.replicas, 'replica')} (prefetch ${prefetchAt(i.steps[0]!, i.prefetch)}) beside revision ${i.stable} (${plural(s.stableReplicas, 'replica')}): step 1 of ${n}.`,
-    });
-  }
+  if (s) return s;
+  const started = startStep(i, 1, i.now);
+  events.push({
+    type: 'Normal',
+    reason: 'CohortStarted',
+    message: `Revision ${i.revision} starts as a cohort of ${plural(started.replicas, 'replica')} (prefetch ${prefetchAt(i.steps[0]!, i.prefetch)}) beside revision ${i.stable} (${plural(started.stableReplicas, 'replica')}): step 1 of ${i.steps.length}.`,
+  });
+  return started;
+}
 
-  if (s.phase === 'Aborting') return abortingStep(i, s, events);
-  if (s.phase === 'Promoting') return promotingStep(i, s, events);
-
-  // Analyzing or Waiting: the step's replicas follow the fleet's total, and
-  // the stable revision gives way only as cohort pods become ready: no gap.
-  const step = i.steps[s.step - 1] ?? i.steps[n - 1]!;
+/**
+ * Analyzing or Waiting: the step's replicas follow the fleet's total, and the
+ * stable revision gives way only as cohort pods become ready: no gap. The
+ * figures accumulate; a failed check aborts; a step passed (or skipped by
+ * hand) moves on.
+ */
+function analyzingStep(
+  i: CohortInput,
+  current: CohortState,
+  events: CohortOutput['events'],
+): CohortOutput {
+  const n = i.steps.length;
+  const step = i.steps[current.step - 1] ?? i.steps[n - 1]!;
   const replicas = cohortReplicas(step, i.total);
-  s = { ...s, replicas, stableReplicas: i.total - Math.min(replicas, i.cohortReady) };
+  const sized = {
+    ...current,
+    replicas,
+    stableReplicas: i.total - Math.min(replicas, i.cohortReady),
+  };
   const acc = accumulate(
-    { cohort: s.figures?.cohort ?? noFigures(), stable: s.figures?.stable ?? noFigures() },
+    { cohort: sized.figures?.cohort ?? noFigures(), stable: sized.figures?.stable ?? noFigures() },
     i.memory ?? {},
     i.samples ?? [],
-    { cohort: s.revision, stable: s.stable },
-    s.figures?.at ?? s.stepStartedAt,
+    { cohort: sized.revision, stable: sized.stable },
+    sized.figures?.at ?? sized.stepStartedAt,
   );
-  s = {
-    ...s,
+  const figured: CohortState = {
+    ...sized,
     figures: {
-      since: s.figures?.since ?? s.stepStartedAt,
-      at: iso(now),
+      since: sized.figures?.since ?? sized.stepStartedAt,
+      at: iso(i.now),
       cohort: acc.cohort,
       stable: acc.stable,
     },
   };
-  const cmd = i.command?.revision === s.revision ? i.command : undefined;
+  const abort = (st: CohortState, check: CohortCheck, reason: string) =>
+    abortingStep(i, aborting(st, i.now, i.drainSeconds, check, reason, events), events, acc.memory);
+  const cmd = i.command?.revision === figured.revision ? i.command : undefined;
   if (cmd?.action === 'abort')
-    return abortingStep(
-      i,
-      aborting(s, now, i.drainSeconds, 'Manual', `aborted by ${cmd.by}: ${cmd.reason}`, events),
-      events,
-      acc.memory,
-    );
-
+    return abort(figured, 'Manual', `aborted by ${cmd.by}: ${cmd.reason}`);
   // The window starts once the cohort's pods are ready: a step is watched whole.
   const windowMs = (step.analysisSeconds ?? i.analysisSeconds) * 1000;
-  if (!s.analysisUntil && replicas > 0 && i.cohortReady >= replicas)
-    s = { ...s, analysisUntil: iso(new Date(now.getTime() + windowMs)) };
-  const over = s.analysisUntil !== undefined && now.getTime() >= Date.parse(s.analysisUntil);
+  const s =
+    !figured.analysisUntil && replicas > 0 && i.cohortReady >= replicas
+      ? { ...figured, analysisUntil: iso(new Date(i.now.getTime() + windowMs)) }
+      : figured;
+  const over = s.analysisUntil !== undefined && i.now.getTime() >= Date.parse(s.analysisUntil);
   const failed = judge(i, s, over);
-  if (failed)
-    return abortingStep(
-      i,
-      aborting(s, now, i.drainSeconds, failed.check, failed.reason, events),
-      events,
-      acc.memory,
-    );
-  s = { ...s, overObjectiveSince: risingSince(i, s) };
+  if (failed) return abort(s, failed.check, failed.reason);
+  const judged = { ...s, overObjectiveSince: risingSince(i, s) };
   const skipped = cmd?.action === 'promote' && (cmd.step === undefined || cmd.step === s.step);
-  const enough = acc.cohort.handled >= i.checks.minJobs;
-  if (skipped || (over && enough)) {
-    const passed = skipped
-      ? `skipped by ${cmd.by}: ${cmd.reason}`
-      : `passed: ${summary(s.figures!.cohort, s.figures!.stable)}`;
-    events.push({
-      type: skipped ? 'Warning' : 'Normal',
-      reason: skipped ? 'CohortStepSkipped' : 'CohortStepPassed',
-      message: `Revision ${s.revision}, step ${s.step} of ${n} (${plural(replicas, 'replica')}) ${passed}.`,
-    });
-    if (s.step >= n) {
-      const promoting: CohortState = {
-        ...s,
-        phase: 'Promoting',
-        stepStartedAt: iso(now),
-        message: `Every step passed: the stable Deployment moves to revision ${s.revision}.`,
-      };
-      events.push({
-        type: 'Normal',
-        reason: 'CohortPromoting',
-        message: `Revision ${s.revision} passed its ${plural(n, 'step')}: the stable Deployment rolls to it, and the cohort leaves as its pods become ready.`,
-      });
-      return promotingStep(i, promoting, events, {});
-    }
-    const stableNow = s.figures!.stable;
-    const baseline = stableNow.handled >= i.checks.minJobs ? stableNow : s.baseline;
-    const next: CohortState = { ...startStep(i, s.step + 1, now), ...(baseline && { baseline }) };
+  if (skipped || (over && acc.cohort.handled >= i.checks.minJobs))
+    return passedStep(i, judged, events, skipped ? cmd : undefined);
+  return running(i, waiting(i, judged, over, acc), events, acc.memory);
+}
+
+/** A step passed (or skipped by hand): the next step starts, or after the last, the promotion. */
+function passedStep(
+  i: CohortInput,
+  s: CohortState,
+  events: CohortOutput['events'],
+  skippedBy?: CohortCommand,
+): CohortOutput {
+  const n = i.steps.length;
+  const passed = skippedBy
+    ? `skipped by ${skippedBy.by}: ${skippedBy.reason}`
+    : `passed: ${summary(s.figures!.cohort, s.figures!.stable)}`;
+  events.push({
+    type: skippedBy ? 'Warning' : 'Normal',
+    reason: skippedBy ? 'CohortStepSkipped' : 'CohortStepPassed',
+    message: `Revision ${s.revision}, step ${s.step} of ${n} (${plural(s.replicas, 'replica')}) ${passed}.`,
+  });
+  if (s.step >= n) {
+    const promoting: CohortState = {
+      ...s,
+      phase: 'Promoting',
+      stepStartedAt: iso(i.now),
+      message: `Every step passed: the stable Deployment moves to revision ${s.revision}.`,
+    };
     events.push({
       type: 'Normal',
-      reason: 'CohortStep',
-      message: `Revision ${s.revision} grows to ${plural(next.replicas, 'replica')} of ${i.total}: step ${next.step} of ${n}.`,
+      reason: 'CohortPromoting',
+      message: `Revision ${s.revision} passed its ${plural(n, 'step')}: the stable Deployment rolls to it, and the cohort leaves as its pods become ready.`,
     });
-    return running(i, next, events, {});
+    return promotingStep(i, promoting, events, {});
   }
+  const stableNow = s.figures!.stable;
+  const baseline = stableNow.handled >= i.checks.minJobs ? stableNow : s.baseline;
+  const next: CohortState = { ...startStep(i, s.step + 1, i.now), ...(baseline && { baseline }) };
+  events.push({
+    type: 'Normal',
+    reason: 'CohortStep',
+    message: `Revision ${s.revision} grows to ${plural(next.replicas, 'replica')} of ${i.total}: step ${next.step} of ${n}.`,
+  });
+  return running(i, next, events, {});
+}
+
+/** Still analyzing, or waiting for enough deliveries to judge: what the step says meanwhile. */
+function waiting(
+  i: CohortInput,
+  s: CohortState,
+  over: boolean,
+  acc: { cohort: RevisionFigures; stable: RevisionFigures },
+): CohortState {
+  const n = i.steps.length;
   const left = s.analysisUntil
-    ? Math.max(0, Math.ceil((Date.parse(s.analysisUntil) - now.getTime()) / 1000))
+    ? Math.max(0, Math.ceil((Date.parse(s.analysisUntil) - i.now.getTime()) / 1000))
     : undefined;
-  s = {
+  return {
     ...s,
     phase: over ? 'Waiting' : 'Analyzing',
     message: !s.analysisUntil
-      ? `Step ${s.step} of ${n}: waiting for the cohort's ${plural(replicas, 'pod')} to be ready (${i.cohortReady} ready).`
+      ? `Step ${s.step} of ${n}: waiting for the cohort's ${plural(s.replicas, 'pod')} to be ready (${i.cohortReady} ready).`
       : over
         ? `Step ${s.step} of ${n}: the window is over, but the cohort has handled ${acc.cohort.handled} of the ${i.checks.minJobs} deliveries needed to judge it; waiting (kubectl jobworker promote skips the step).`
         : `Step ${s.step} of ${n}: ${left} s left; ${summary(acc.cohort, acc.stable)}.`,
   };
-  return running(i, s, events, acc.memory);
 }
 
 function startStep(i: CohortInput, step: number, now: Date): CohortState {
@@ -342,47 +373,83 @@ function summary(c: RevisionFigures, st: RevisionFigures): string {
   return `cohort ${c.handled} handled (dead-lettered ${pct(ratio(c.deadLettered, c))}, retried ${pct(ratio(c.retried, c))}, duplicates ${pct(ratio(c.duplicates, c))}, p95 ${lat(c)}) vs stable ${st.handled} (${pct(ratio(st.deadLettered, st))}, ${pct(ratio(st.retried, st))}, ${pct(ratio(st.duplicates, st))}, ${lat(st)})`;
 }
 
+type Failure = { check: CohortCheck; reason: string };
+
 /** The first failing check, with the figures that failed it; undefined: all pass so far. */
-function judge(
-  i: CohortInput,
-  s: CohortState,
-  over: boolean,
-): { check: CohortCheck; reason: string } | undefined {
+function judge(i: CohortInput, s: CohortState, over: boolean): Failure | undefined {
+  return restartsCheck(i, s) ?? ageCheck(i, s) ?? comparedChecks(i, s, over);
+}
+
+function restartsCheck(i: CohortInput, s: CohortState): Failure | undefined {
+  const c = s.figures!.cohort;
+  if (c.restarts < i.checks.maxRestarts) return undefined;
+  return {
+    check: 'Restarts',
+    reason: `a cohort pod of revision ${s.revision} restarted ${c.restarts} times (limit ${i.checks.maxRestarts}): it crash-loops`,
+  };
+}
+
+function ageCheck(i: CohortInput, s: CohortState): Failure | undefined {
+  const since = risingSince(i, s);
+  if (!since || i.now.getTime() - Date.parse(since) < RISE_SUSTAIN_MS) return undefined;
+  return {
+    check: 'Age',
+    reason: `queue age rose from ${Math.round(s.ageAtStart ?? 0)} s to ${Math.round(i.ageSeconds!)} s, past the ${i.objectiveSeconds} s objective`,
+  };
+}
+
+/**
+ * The checks that compare the cohort with the stable revision. A stable side
+ * with too little (a 100% step) is replaced by what it did in an earlier
+ * step; with neither (a fleet of one, a first step at 100%) there is nothing
+ * to compare with, and only age and restarts are judged.
+ */
+function comparedChecks(i: CohortInput, s: CohortState, over: boolean): Failure | undefined {
   const c = s.figures!.cohort;
   const st = s.figures!.stable;
   const k = i.checks;
-  if (c.restarts >= k.maxRestarts)
-    return {
-      check: 'Restarts',
-      reason: `a cohort pod of revision ${s.revision} restarted ${c.restarts} times (limit ${k.maxRestarts}): it crash-loops`,
-    };
-  const since = risingSince(i, s);
-  if (since && i.now.getTime() - Date.parse(since) >= RISE_SUSTAIN_MS)
-    return {
-      check: 'Age',
-      reason: `queue age rose from ${Math.round(s.ageAtStart ?? 0)} s to ${Math.round(i.ageSeconds!)} s, past the ${i.objectiveSeconds} s objective`,
-    };
-  // A stable side with too little (a 100% step) is replaced by what it did
-  // in an earlier step; with neither (a fleet of one, a first step at 100%)
-  // there is nothing to compare with, and only age and restarts are judged.
   const base = st.handled >= k.minJobs ? st : s.baseline;
   if (!base) return undefined;
-  if (c.handled < k.minJobs) {
-    // A cohort too slow to reach minJobs by the window's end, where the
-    // stable revision's pace per delivery slot would have got it well past.
-    const pace = base.handled / Math.max(1, base.pods * i.prefetch);
-    const expected = pace * c.pods * prefetchOf(i, s);
-    return over && expected >= 2 * k.minJobs && c.handled < expected / 4
-      ? {
-          check: 'Throughput',
-          reason: `the cohort handled ${c.handled} deliveries in the window where, at the stable revision's pace per delivery slot, it would have handled about ${Math.round(expected)}`,
-        }
-      : undefined;
-  }
+  if (c.handled < k.minJobs) return throughputCheck(i, s, base, over);
   // Judged all through the window (an early abort needs five standard
   // errors: looking again and again must not turn noise into an abort), and
   // at its end with three.
   const significance = over ? 3 : 5;
+  return (
+    rateChecks(k, c, base, significance) ??
+    collapseCheck(c, base) ??
+    latencyCheck(k, c, base, significance)
+  );
+}
+
+/**
+ * A cohort too slow to reach minJobs by the window's end, where the stable
+ * revision's pace per delivery slot would have got it well past.
+ */
+function throughputCheck(
+  i: CohortInput,
+  s: CohortState,
+  base: RevisionFigures,
+  over: boolean,
+): Failure | undefined {
+  const c = s.figures!.cohort;
+  const pace = base.handled / Math.max(1, base.pods * i.prefetch);
+  const expected = pace * c.pods * prefetchOf(i, s);
+  return over && expected >= 2 * i.checks.minJobs && c.handled < expected / 4
+    ? {
+        check: 'Throughput',
+        reason: `the cohort handled ${c.handled} deliveries in the window where, at the stable revision's pace per delivery slot, it would have handled about ${Math.round(expected)}`,
+      }
+    : undefined;
+}
+
+/** Dead letters, duplicates and retries per handled delivery, each against its limit. */
+function rateChecks(
+  k: CohortInput['checks'],
+  c: RevisionFigures,
+  base: RevisionFigures,
+  significance: number,
+): Failure | undefined {
   const worse = (
     check: CohortCheck,
     what: string,
@@ -390,7 +457,7 @@ function judge(
     sPart: number,
     limit: number,
     detail = '',
-  ) => {
+  ): Failure | undefined => {
     const cr = ratio(cPart, c);
     const sr = ratio(sPart, base);
     // Not a chance difference: beyond the limit by `significance` standard
@@ -409,7 +476,7 @@ function judge(
     .sort((a, b) => b[1] - a[1])
     .map(([cl, v]) => `${cl} ${v}`)
     .join(', ');
-  const failed =
+  return (
     worse(
       'DeadLetters',
       'dead-lettered per handled delivery',
@@ -431,40 +498,52 @@ function judge(
       c.retried,
       base.retried,
       k.maxRetryRatioIncrease,
-    );
-  if (failed) return failed;
-  // Suppression collapsed: the stable revision suppresses duplicates that the
-  // cohort runs again (its claims are not where the stable revision's are, or
-  // its keys no longer match theirs). Judged once the cohort should have
-  // suppressed enough to tell.
+    )
+  );
+}
+
+/**
+ * Suppression collapsed: the stable revision suppresses duplicates that the
+ * cohort runs again (its claims are not where the stable revision's are, or
+ * its keys no longer match theirs). Judged once the cohort should have
+ * suppressed enough to tell.
+ */
+function collapseCheck(c: RevisionFigures, base: RevisionFigures): Failure | undefined {
   const sDup = ratio(base.duplicates, base);
   const cDup = ratio(c.duplicates, c);
   if (
-    base.duplicates >= COLLAPSE_EXPECTED &&
-    sDup * c.handled >= COLLAPSE_EXPECTED &&
-    cDup < sDup / 4
+    base.duplicates < COLLAPSE_EXPECTED ||
+    sDup * c.handled < COLLAPSE_EXPECTED ||
+    cDup >= sDup / 4
   )
-    return {
-      check: 'Duplicates',
-      reason: `duplicate suppression collapsed: cohort ${pct(cDup)} (${c.duplicates} of ${c.handled}) of its deliveries suppressed as duplicates or claim conflicts vs stable ${pct(sDup)} (${base.duplicates} of ${base.handled}); the cohort runs again what the stable revision suppresses`,
-    };
+    return undefined;
+  return {
+    check: 'Duplicates',
+    reason: `duplicate suppression collapsed: cohort ${pct(cDup)} (${c.duplicates} of ${c.handled}) of its deliveries suppressed as duplicates or claim conflicts vs stable ${pct(sDup)} (${base.duplicates} of ${base.handled}); the cohort runs again what the stable revision suppresses`,
+  };
+}
+
+function latencyCheck(
+  k: CohortInput['checks'],
+  c: RevisionFigures,
+  base: RevisionFigures,
+  significance: number,
+): Failure | undefined {
   const sp = p95(base);
-  if (sp !== undefined) {
-    // Bucket bounds are coarse: the bucket above the stable's is always allowed.
-    const above = LATENCY_BOUNDS[LATENCY_BOUNDS.indexOf(sp) + 1] ?? Infinity;
-    const limit = Math.max(sp * k.maxLatencyP95Ratio, Number.isFinite(above) ? above : 0);
-    // p95 above the limit: more than 5% of the cohort's runs took longer. Not
-    // by chance, as for the rates: beyond 5% by `significance` standard
-    // errors (binomial), so that a new pod's few cold-start runs among its
-    // first jobs do not abort a good revision. A cohort without runs has none over.
-    const { runs, over: slow, bound } = runsOver(c, limit);
-    if (slow - 0.05 * runs > significance * Math.sqrt(runs * 0.05 * 0.95))
-      return {
-        check: 'Latency',
-        reason: `handler latency p95: cohort ${latencyWords(c)} vs stable ${latencyWords(base)}, more than ${k.maxLatencyP95Ratio}× (limit ${limit} s; ${slow} of the cohort's ${runs} runs took over ${bound} s)`,
-      };
-  }
-  return undefined;
+  if (sp === undefined) return undefined;
+  // Bucket bounds are coarse: the bucket above the stable's is always allowed.
+  const above = LATENCY_BOUNDS[LATENCY_BOUNDS.indexOf(sp) + 1] ?? Infinity;
+  const limit = Math.max(sp * k.maxLatencyP95Ratio, Number.isFinite(above) ? above : 0);
+  // p95 above the limit: more than 5% of the cohort's runs took longer. Not
+  // by chance, as for the rates: beyond 5% by `significance` standard
+  // errors (binomial), so that a new pod's few cold-start runs among its
+  // first jobs do not abort a good revision. A cohort without runs has none over.
+  const { runs, over: slow, bound } = runsOver(c, limit);
+  if (slow - 0.05 * runs <= significance * Math.sqrt(runs * 0.05 * 0.95)) return undefined;
+  return {
+    check: 'Latency',
+    reason: `handler latency p95: cohort ${latencyWords(c)} vs stable ${latencyWords(base)}, more than ${k.maxLatencyP95Ratio}× (limit ${limit} s; ${slow} of the cohort's ${runs} runs took over ${bound} s)`,
+  };
 }
 
 function aborting(

@@ -6,6 +6,7 @@
 import type { JobWorker, JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import type { Observation } from './observation.js';
+import type { ConditionInput } from './conditions.js';
 import type { FiguresMemory } from './cohort-figures.js';
 import {
   cohortDeploymentName,
@@ -122,7 +123,79 @@ export type PlanAnswers = RolloutAnswers & {
 
 export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   const { obs, now } = i;
-  const { raw, spec, problems, deployment } = obs;
+  const r = replicasPhase(i);
+  const fleet =
+    r.paused && obs.spec && obs.deployment
+      ? pausedFleet(obs, obs.spec, obs.deployment, r)
+      : r.healthy && obs.spec
+        ? rolloutFleet(i, obs.spec, r)
+        : idleFleet(r);
+  if ('need' in fleet) return fleet;
+  const w = workersPhase(i, r, fleet.appliedReplicas);
+  if ('need' in w) return w;
+  const { rollout, removal } = fleet;
+  const pause = obs.spec && pauseSwitch(obs.raw);
+  const status = computeStatus({
+    generation: obs.raw.metadata.generation ?? 0,
+    previous: r.previous,
+    problems: obs.problems,
+    desiredReplicas: r.desiredReplicas,
+    deployment: w.observed,
+    updateRevision: rollout?.targetRevision ?? r.previous?.updateRevision,
+    history: rollout?.history ?? r.previous?.history ?? [],
+    now,
+    scaling: r.scaling,
+    paused: r.paused && pause ? pause : undefined,
+    workers: w.condition,
+    deadLetters: obs.deadLetters,
+    rollout: rollout?.status,
+    appliedReplicas: fleet.appliedReplicas,
+    ...(rollout?.cohort &&
+      obs.cohortDeployment && { cohort: observeDeployment(obs.cohortDeployment) }),
+    ...(removal &&
+      r.live !== undefined && {
+        scaleDown: {
+          from: r.live,
+          to: fleet.appliedReplicas,
+          heldDeliveries: removal.heldDeliveries,
+        },
+      }),
+  });
+  return {
+    children: fleet.children,
+    records: fleet.records,
+    prune: fleet.prune,
+    remove: fleet.remove,
+    status,
+    events: [...fleet.events, ...problemEvents(obs), ...w.events, ...pauseEvents(obs, r)],
+    ...(fleet.createdEvent && { createdEvent: fleet.createdEvent }),
+    ...(removal && { podCosts: removal.writes, scaleDownHeld: removal.heldDeliveries }),
+    ...(r.scaled && { memory: nextMemory(i.memory, r, fleet.cohortMemory) }),
+    ...(r.scaling && { scaling: r.scaling }),
+    desiredReplicas: r.desiredReplicas,
+    ...(rollout && { rolloutBlocked: rollout.blocked }),
+    requeueAfterMs: requeue(i, status, rollout, r.scaling !== undefined),
+  };
+}
+
+/** Phase 1: the replicas the scaler wants, and what it keeps to restore at. */
+interface Replicas {
+  previous: JobWorkerStatus | undefined;
+  /** the Deployment's replicas now */
+  live: number | undefined;
+  paused: boolean;
+  pausedBefore: boolean;
+  /** the autoscaler's own count before this reconcile */
+  current: number;
+  /** the spec is valid and its Secrets are in place */
+  healthy: boolean;
+  scaled?: { outcome: ScalingOutcome; memory: ScalingMemory };
+  scaling?: ScalingOutcome;
+  desiredReplicas: number;
+}
+
+function replicasPhase(i: PlanInput): Replicas {
+  const { raw, spec, problems, deployment } = i.obs;
   const previous = raw.status as JobWorkerStatus | undefined;
   const live = (deployment?.spec as { replicas?: number } | undefined)?.replicas;
   const paused = spec?.paused === true;
@@ -139,209 +212,308 @@ export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   );
   const healthy = spec !== undefined && problems.length === 0;
   const scaled =
-    healthy && obs.queue ? scale(obs, spec, current, i.memory, now.getTime()) : undefined;
-  let scaling = scaled?.outcome;
+    healthy && i.obs.queue ? scale(i.obs, spec, current, i.memory, i.now.getTime()) : undefined;
   // Paused, scaling holds: the age is still read and reported, nothing acts on it.
-  if (paused && scaling)
-    scaling = {
-      ...scaling,
-      desired: current,
-      message: `Paused: 0 replicas held, ${current} restored on resume (the scaler would run ${scaling.desired}). ${scaling.message}`,
-    };
-  const desiredReplicas = scaling?.desired ?? current;
+  const scaling =
+    paused && scaled
+      ? {
+          ...scaled.outcome,
+          desired: current,
+          message: `Paused: 0 replicas held, ${current} restored on resume (the scaler would run ${scaled.outcome.desired}). ${scaled.outcome.message}`,
+        }
+      : scaled?.outcome;
+  return {
+    previous,
+    live,
+    paused,
+    pausedBefore,
+    current,
+    healthy,
+    ...(scaled && { scaled }),
+    ...(scaling && { scaling }),
+    desiredReplicas: scaling?.desired ?? current,
+  };
+}
 
-  let rollout: RolloutPlan | undefined;
-  let appliedReplicas = desiredReplicas;
-  const children: KubeObject[] = [];
-  const events: PlanEvent[] = [];
-  let createdEvent: PlanEvent | undefined;
-  let removal: Removal | undefined;
-  const records: KubeObject[] = [];
-  const prune: string[] = [];
-  const remove: Plan['remove'] = [];
-  let cohortMemory: FiguresMemory | undefined;
-  if (paused && spec && deployment) {
-    // Rollouts hold: the pod template that ran stays, as it is, at 0 —
-    // whatever the spec says now, and whether or not its Secrets are in place.
-    appliedReplicas = 0;
-    const jw = { ...raw, spec } as unknown as JobWorker;
-    children.push(
+/** Phase 2: the fleet's objects and what changes about them. */
+interface Fleet {
+  rollout?: RolloutPlan;
+  /** replicas the Deployment is given */
+  appliedReplicas: number;
+  children: KubeObject[];
+  records: KubeObject[];
+  prune: string[];
+  remove: Plan['remove'];
+  events: PlanEvent[];
+  createdEvent?: PlanEvent;
+  removal?: Removal;
+  cohortMemory?: FiguresMemory;
+}
+
+/** A broken spec or a missing Secret holds what runs: nothing is applied. */
+function idleFleet(r: Replicas): Fleet {
+  return {
+    appliedReplicas: r.desiredReplicas,
+    children: [],
+    records: [],
+    prune: [],
+    remove: [],
+    events: [],
+  };
+}
+
+/**
+ * Paused, rollouts hold: the pod template that ran stays, as it is, at 0 —
+ * whatever the spec says now, and whether or not its Secrets are in place.
+ * A cohort stops too, as it is; its step resumes with the fleet.
+ */
+function pausedFleet(
+  obs: Observation,
+  spec: NonNullable<Observation['spec']>,
+  deployment: KubeObject,
+  r: Replicas,
+): Fleet {
+  const jw = { ...obs.raw, spec } as unknown as JobWorker;
+  const cohort = r.previous?.cohort;
+  return {
+    ...idleFleet(r),
+    appliedReplicas: 0,
+    children: [
       liveTemplateDeployment(jw, deployment, 0),
       desiredMetricsService(jw),
       desiredPdb(jw),
-    );
-    // A cohort stops too, as it is; its step resumes with the fleet.
-    if (obs.cohortDeployment && previous?.cohort)
-      children.push(
-        cohortDeployment(
-          jw,
-          { revision: previous.cohort.revision, replicas: 0, prefetch: spec.broker.prefetch },
-          obs.cohortDeployment,
-        ),
-      );
-  } else if (healthy) {
-    const r = planRollout({
-      raw,
-      spec,
-      previous:
-        pausedBefore && !paused
-          ? resumed(previous, scaling, spec.rollout.verifySeconds, now)
-          : previous,
-      deployment,
-      now,
-      ageSeconds: scaling?.signalOk && !paused ? scaling.oldestAgeSeconds : undefined,
-      answers: i.answers,
-      ...(obs.cohortDeployment && { cohortDeployment: obs.cohortDeployment }),
-      total: desiredReplicas,
-      ...(i.memory?.cohort && { cohortMemory: i.memory.cohort }),
-      ...(obs.queue?.ok && { queueType: obs.queue.stats.type }),
-    });
-    if ('need' in r) return r;
-    rollout = r;
-    records.push(
+      ...(obs.cohortDeployment && cohort
+        ? [
+            cohortDeployment(
+              jw,
+              { revision: cohort.revision, replicas: 0, prefetch: spec.broker.prefetch },
+              obs.cohortDeployment,
+            ),
+          ]
+        : []),
+    ],
+  };
+}
+
+/** The rollout's plan (./rollout-plan.ts) made into the objects to apply, and the events it deserves. */
+function rolloutFleet(
+  i: PlanInput,
+  spec: NonNullable<Observation['spec']>,
+  r: Replicas,
+): Fleet | { need: PlanNeed } {
+  const { obs, now } = i;
+  const { raw, deployment } = obs;
+  const plan = planRollout({
+    raw,
+    spec,
+    previous:
+      r.pausedBefore && !r.paused
+        ? resumed(r.previous, r.scaling, spec.rollout.verifySeconds, now)
+        : r.previous,
+    deployment,
+    now,
+    ageSeconds: r.scaling?.signalOk && !r.paused ? r.scaling.oldestAgeSeconds : undefined,
+    answers: i.answers,
+    ...(obs.cohortDeployment && { cohortDeployment: obs.cohortDeployment }),
+    total: r.desiredReplicas,
+    ...(i.memory?.cohort && { cohortMemory: i.memory.cohort }),
+    ...(obs.queue?.ok && { queueType: obs.queue.stats.type }),
+  });
+  if ('need' in plan) return plan;
+  const appliedReplicas =
+    plan.scaleToZero || r.paused ? 0 : (plan.mainReplicas ?? r.desiredReplicas);
+  const removal = scaleDownRemoval(i, spec, r, plan, appliedReplicas);
+  if (removal && 'need' in removal) return removal;
+  return {
+    rollout: plan,
+    appliedReplicas,
+    ...fleetObjects(obs, spec, plan, appliedReplicas),
+    events: rolloutEvents(obs, r, plan, removal),
+    ...(!deployment &&
+      plan.deploySpec && {
+        createdEvent: {
+          type: 'Normal',
+          reason: 'DeploymentCreated',
+          message: `Created Deployment ${raw.metadata.name} at revision ${plan.deployRevision} (${plan.deploySpec.image}) with ${appliedReplicas} replicas.${r.scaling ? ` ${r.scaling.message}` : ''}`,
+        },
+      }),
+    ...(removal && { removal }),
+    ...(plan.cohortMemory && { cohortMemory: plan.cohortMemory }),
+  };
+}
+
+/**
+ * The objects a rollout plan applies: the planned revision's template, from
+ * that revision's spec or the live one kept as it is (see planRollout); the
+ * spec revision's record; the records of revisions history dropped.
+ */
+function fleetObjects(
+  obs: Observation,
+  spec: NonNullable<Observation['spec']>,
+  plan: RolloutPlan,
+  appliedReplicas: number,
+): Pick<Fleet, 'children' | 'records' | 'prune' | 'remove'> {
+  const { raw, deployment } = obs;
+  const jw = { ...raw, spec: plan.deploySpec ?? spec } as unknown as JobWorker;
+  const d = plan.deploySpec
+    ? desiredDeployment(jw, plan.deployRevision, appliedReplicas)
+    : deployment && liveTemplateDeployment(jw, deployment, appliedReplicas);
+  return {
+    children: [
+      ...(d ? [d] : []),
+      desiredMetricsService(jw),
+      desiredPdb(jw),
+      ...(plan.cohort ? [cohortDeployment(jw, plan.cohort, obs.cohortDeployment)] : []),
+    ],
+    records: [
       desiredRevisionRecord(
         raw as unknown as JobWorker,
-        r.specRevision,
+        plan.specRevision,
         JSON.parse(JSON.stringify(raw.spec)) as Record<string, unknown>,
       ),
-    );
-    prune.push(...r.evicted.map((rev) => revisionRecordName(raw.metadata.name, rev)));
-    appliedReplicas = r.scaleToZero || paused ? 0 : (r.mainReplicas ?? desiredReplicas);
-    cohortMemory = r.cohortMemory;
-    // The template applied is the planned revision's, from that revision's
-    // spec, or the live one kept as it is (see planRollout).
-    const jw = { ...raw, spec: r.deploySpec ?? spec } as unknown as JobWorker;
-    const d = r.deploySpec
-      ? desiredDeployment(jw, r.deployRevision, appliedReplicas)
-      : deployment && liveTemplateDeployment(jw, deployment, appliedReplicas);
-    children.push(...(d ? [d] : []), desiredMetricsService(jw), desiredPdb(jw));
-    if (r.cohort) children.push(cohortDeployment(jw, r.cohort, obs.cohortDeployment));
-    if (r.removeCohort)
-      remove.push({
-        apiVersion: 'apps/v1',
-        kind: 'Deployment',
-        name: cohortDeploymentName(raw.metadata.name),
-      });
-    // Going down (not to zero: then every pod goes): the idlest pods first —
-    // not beside a cohort, whose pods the stable Deployment cannot remove.
-    if (
-      deployment &&
-      !obs.cohortDeployment &&
-      !r.cohort &&
-      spec.scaling.removeIdleFirst &&
-      appliedReplicas > 0 &&
-      appliedReplicas < (live ?? 0)
-    ) {
-      if (!('podLoad' in i.answers)) return { need: { kind: 'podLoad' } };
-      if (i.answers.podLoad)
-        removal = chooseRemovals(i.answers.podLoad, (live ?? 0) - appliedReplicas);
-    }
-    if (!deployment && r.deploySpec)
-      createdEvent = {
-        type: 'Normal',
-        reason: 'DeploymentCreated',
-        message: `Created Deployment ${raw.metadata.name} at revision ${r.deployRevision} (${r.deploySpec.image}) with ${appliedReplicas} replicas.${scaling ? ` ${scaling.message}` : ''}`,
-      };
-    const revisionChanged =
-      previous?.updateRevision !== undefined && previous.updateRevision !== r.targetRevision;
-    // (a Cohort rollout's own events tell its story)
-    if (deployment && revisionChanged && !r.status.rollingBack && !previous?.cohort)
-      events.push({
-        type: 'Normal',
-        reason: 'RevisionChanged',
-        message: `Rolling to revision ${r.targetRevision}${r.deploySpec ? ` (${r.deploySpec.image})` : ''}.`,
-      });
-    events.push(...r.events);
-    if (deployment && scaling && !r.scaleToZero && !paused && desiredReplicas !== current)
-      events.push({
-        type: 'Normal',
-        reason: desiredReplicas > current ? 'ScaledUp' : 'ScaledDown',
-        message: `Scaled from ${current} to ${desiredReplicas} replicas. ${scaling.message}${removal ? ` ${removedWords(removal)}` : ''}`,
-      });
-  }
-  // A broken spec or a missing Secret holds what runs: it must not take down the fleet.
-  if (problems.length)
+    ],
+    prune: plan.evicted.map((rev) => revisionRecordName(raw.metadata.name, rev)),
+    remove: plan.removeCohort
+      ? [
+          {
+            apiVersion: 'apps/v1',
+            kind: 'Deployment',
+            name: cohortDeploymentName(raw.metadata.name),
+          },
+        ]
+      : [],
+  };
+}
+
+/**
+ * Going down (not to zero: then every pod goes): the idlest pods first — not
+ * beside a cohort, whose pods the stable Deployment cannot remove.
+ */
+function scaleDownRemoval(
+  i: PlanInput,
+  spec: NonNullable<Observation['spec']>,
+  r: Replicas,
+  plan: RolloutPlan,
+  appliedReplicas: number,
+): Removal | undefined | { need: PlanNeed } {
+  const goingDown =
+    !!i.obs.deployment &&
+    !i.obs.cohortDeployment &&
+    !plan.cohort &&
+    spec.scaling.removeIdleFirst &&
+    appliedReplicas > 0 &&
+    appliedReplicas < (r.live ?? 0);
+  if (!goingDown) return undefined;
+  if (!('podLoad' in i.answers)) return { need: { kind: 'podLoad' } };
+  return i.answers.podLoad && chooseRemovals(i.answers.podLoad, (r.live ?? 0) - appliedReplicas);
+}
+
+function rolloutEvents(
+  obs: Observation,
+  r: Replicas,
+  plan: RolloutPlan,
+  removal: Removal | undefined,
+): PlanEvent[] {
+  const { deployment } = obs;
+  const { previous, scaling, current, desiredReplicas } = r;
+  const events: PlanEvent[] = [];
+  const revisionChanged =
+    previous?.updateRevision !== undefined && previous.updateRevision !== plan.targetRevision;
+  // (a Cohort rollout's own events tell its story)
+  if (deployment && revisionChanged && !plan.status.rollingBack && !previous?.cohort)
     events.push({
-      type: 'Warning',
-      reason: problems[0]!.reason,
-      message: problems.map((p) => p.message).join(' '),
+      type: 'Normal',
+      reason: 'RevisionChanged',
+      message: `Rolling to revision ${plan.targetRevision}${plan.deploySpec ? ` (${plan.deploySpec.image})` : ''}.`,
     });
-  // Pods short of ready for a while are asked why (a refused password, a database down).
-  const checkWorkers = appliedReplicas > 0 && workersNeedChecking(deployment, now);
+  events.push(...plan.events);
+  if (deployment && scaling && !plan.scaleToZero && !r.paused && desiredReplicas !== current)
+    events.push({
+      type: 'Normal',
+      reason: desiredReplicas > current ? 'ScaledUp' : 'ScaledDown',
+      message: `Scaled from ${current} to ${desiredReplicas} replicas. ${scaling.message}${removal ? ` ${removedWords(removal)}` : ''}`,
+    });
+  return events;
+}
+
+/** Phase 3: WorkersReady; pods short of ready for a while are asked why (a refused password, a database down). */
+function workersPhase(
+  i: PlanInput,
+  r: Replicas,
+  appliedReplicas: number,
+):
+  | {
+      observed: ReturnType<typeof observeDeployment>;
+      condition: ConditionInput;
+      events: PlanEvent[];
+    }
+  | { need: PlanNeed } {
+  const { deployment } = i.obs;
+  const checkWorkers = appliedReplicas > 0 && workersNeedChecking(deployment, i.now);
   if (checkWorkers && !('workers' in i.answers)) return { need: { kind: 'workers' } };
   const observed = observeDeployment(deployment);
-  const workers = workersReadyCondition(
+  const condition = workersReadyCondition(
     observed,
     appliedReplicas,
     checkWorkers ? (i.answers.workers ?? []) : undefined,
   );
   // Once per fault, not for every change of the ready count while it lasts.
-  const before = previous?.conditions?.find((c) => c.type === 'WorkersReady');
-  if (
-    workers.status === 'False' &&
-    (before?.status !== 'False' || before.reason !== workers.reason)
-  )
-    events.push({ type: 'Warning', reason: 'WorkersNotReady', message: workers.message });
-  const pause = spec && pauseSwitch(raw);
-  if (pause && paused !== pausedBefore)
-    events.push(
-      paused
-        ? {
-            type: 'Normal',
-            reason: 'Paused',
-            message: `Paused by ${pause.by}: ${pause.reason}. Consumers drain within ${spec.shutdown.drainDeadlineSeconds} s, then 0 replicas are held; scaling and rollouts hold until resumed.`,
-          }
-        : {
-            type: 'Normal',
-            reason: 'Resumed',
-            message: `Resumed by ${pause.by}: ${pause.reason}. Replicas follow the scaler again, from ${current}.`,
-          },
-    );
-
-  const status = computeStatus({
-    generation: raw.metadata.generation ?? 0,
-    previous,
-    problems,
-    desiredReplicas,
-    deployment: observed,
-    updateRevision: rollout?.targetRevision ?? previous?.updateRevision,
-    history: rollout?.history ?? previous?.history ?? [],
-    now,
-    scaling,
-    paused: paused && pause ? pause : undefined,
-    workers,
-    deadLetters: obs.deadLetters,
-    rollout: rollout?.status,
-    appliedReplicas,
-    ...(rollout?.cohort &&
-      obs.cohortDeployment && { cohort: observeDeployment(obs.cohortDeployment) }),
-    ...(removal &&
-      live !== undefined && {
-        scaleDown: { from: live, to: appliedReplicas, heldDeliveries: removal.heldDeliveries },
-      }),
-  });
+  const before = r.previous?.conditions?.find((c) => c.type === 'WorkersReady');
+  const fault =
+    condition.status === 'False' &&
+    (before?.status !== 'False' || before.reason !== condition.reason);
   return {
-    children,
-    records,
-    prune,
-    remove,
-    status,
-    events,
-    ...(createdEvent && { createdEvent }),
-    ...(removal && { podCosts: removal.writes, scaleDownHeld: removal.heldDeliveries }),
-    // Paused, the scaler's window holds; the age estimate keeps learning.
-    ...(scaled && {
-      memory: {
-        ...(paused && i.memory ? { ...scaled.memory, scaling: i.memory.scaling } : scaled.memory),
-        ...((cohortMemory ?? (paused ? i.memory?.cohort : undefined)) && {
-          cohort: cohortMemory ?? i.memory?.cohort,
-        }),
-      },
-    }),
-    ...(scaling && { scaling }),
-    desiredReplicas,
-    ...(rollout && { rolloutBlocked: rollout.blocked }),
-    requeueAfterMs: requeue(i, status, rollout, scaling !== undefined),
+    observed,
+    condition,
+    events: fault
+      ? [{ type: 'Warning', reason: 'WorkersNotReady', message: condition.message }]
+      : [],
+  };
+}
+
+/** A broken spec or a missing Secret, said as a Warning at each reconcile that finds it. */
+function problemEvents(obs: Observation): PlanEvent[] {
+  const [first] = obs.problems;
+  return first
+    ? [
+        {
+          type: 'Warning',
+          reason: first.reason,
+          message: obs.problems.map((p) => p.message).join(' '),
+        },
+      ]
+    : [];
+}
+
+function pauseEvents(obs: Observation, r: Replicas): PlanEvent[] {
+  const pause = obs.spec && pauseSwitch(obs.raw);
+  if (!obs.spec || !pause || r.paused === r.pausedBefore) return [];
+  return [
+    r.paused
+      ? {
+          type: 'Normal',
+          reason: 'Paused',
+          message: `Paused by ${pause.by}: ${pause.reason}. Consumers drain within ${obs.spec.shutdown.drainDeadlineSeconds} s, then 0 replicas are held; scaling and rollouts hold until resumed.`,
+        }
+      : {
+          type: 'Normal',
+          reason: 'Resumed',
+          message: `Resumed by ${pause.by}: ${pause.reason}. Replicas follow the scaler again, from ${r.current}.`,
+        },
+  ];
+}
+
+/** Paused, the scaler's window holds; the age estimate keeps learning. */
+function nextMemory(
+  memory: ScalingMemory | undefined,
+  r: Replicas,
+  cohortMemory: FiguresMemory | undefined,
+): ScalingMemory {
+  const scaled = r.scaled!.memory;
+  const cohort = cohortMemory ?? (r.paused ? memory?.cohort : undefined);
+  return {
+    ...(r.paused && memory ? { ...scaled, scaling: memory.scaling } : scaled),
+    ...(cohort && { cohort: cohortMemory ?? memory?.cohort }),
   };
 }
 

@@ -36,7 +36,11 @@ import {
   rollbackStep,
   type AnalysisState,
   type Contract,
+  type GateResult,
+  type LastRollback,
+  type RolloutState,
   type RolloutStatus,
+  type StepOutput,
   type Trigger,
 } from './rollout.js';
 
@@ -172,10 +176,69 @@ function onlyRevision(d: KubeObject | undefined, revision: string): boolean {
   );
 }
 
+type PlanEvent = RolloutPlan['events'][number];
+
+/**
+ * A rollout reconcile as phases, each a function of explicit records:
+ * revisions → aim (the automatic-rollback analysis) → gate → strategy (a
+ * Cohort rollout, or the fixed-order rollback step) → outcome → template.
+ * A phase that needs an observation it was not given returns `need`.
+ */
 export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed } {
-  const { raw, spec, previous, now } = i;
-  const a = i.answers;
-  const events: RolloutPlan['events'] = [];
+  const revs = revisionsPhase(i);
+  const aim = aimPhase(i, revs);
+  if ('need' in aim) return aim;
+  const gated = gatePhase(i, revs, aim);
+  if ('need' in gated) return gated;
+  if (cohortApplies(i, revs, gated)) return cohortPhase(i, revs, gated);
+  const stepped = stepPhase(i, revs, gated);
+  if ('need' in stepped) return stepped;
+  const outcome = outcomePhase(i, gated, stepped);
+  const template = templatePhase(i, revs, gated.blocked, stepped.step.deploy.revision);
+  if ('need' in template) return template;
+  return {
+    history: revs.history,
+    evicted: revs.evicted,
+    specRevision: revs.specRevision,
+    targetRevision: stepped.state?.to ?? gated.aim.target,
+    deployRevision: template.deployRevision,
+    deploySpec: template.deploySpec,
+    scaleToZero: stepped.step.deploy.scaleToZero,
+    status: {
+      rollout: stepped.state,
+      lastRollback: outcome.lastRollback,
+      analysis: stepped.analysis,
+      abortedRevision: gated.aim.aborted,
+      lastCohort: i.previous?.lastCohort,
+      conditions: [...gated.conditions, ...stepped.step.conditions, ...template.conditions],
+      progressing: outcome.progressing,
+      degraded: outcome.degraded,
+      rollingBack: !!stepped.state,
+    },
+    // a cohort Deployment without a cohort (a delete that failed, a status lost): gone
+    removeCohort: !!i.cohortDeployment,
+    requeueMs: stepped.step.requeueMs ?? (stepped.analysis ? 5000 : undefined),
+    events: [
+      ...gated.events,
+      ...(stepped.step.event ? [stepped.step.event] : []),
+      ...outcome.events,
+      ...template.events,
+    ],
+    blocked: gated.blocked || template.blocked,
+  };
+}
+
+/** Phase 1: the revision the spec describes, numbered into history. */
+interface Revisions {
+  history: HistoryEntry[];
+  evicted: string[];
+  specRevision: string;
+  /** the revision the Deployment's template carries */
+  deployed: string | undefined;
+}
+
+function revisionsPhase(i: RolloutInput): Revisions {
+  const { raw, spec, previous } = i;
   const jw = { ...raw, spec } as unknown as Parameters<typeof templateHash>[0];
   const assigned = assignRevision(
     previous?.history ?? [],
@@ -186,7 +249,7 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       keyRule: spec.contract.idempotencyKey,
       schemaVersions: spec.contract.schemaVersions,
     },
-    now,
+    i.now,
     spec.rollout.historyLimit,
     [
       revisionOf(i.deployment),
@@ -196,229 +259,302 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
       previous?.rollout?.to,
     ],
   );
-  const history = assigned.history;
-  const specRevision = assigned.revision;
-  const entry = (rev: string) => history.find((h) => h.revision === rev);
-  const deployed = revisionOf(i.deployment);
-  let state = previous?.rollout;
-  // A revision rolled back automatically stays off until the spec changes.
-  let aborted = previous?.abortedRevision === specRevision ? previous.abortedRevision : undefined;
+  return {
+    history: assigned.history,
+    evicted: assigned.evicted,
+    specRevision: assigned.revision,
+    deployed: revisionOf(i.deployment),
+  };
+}
 
+/** Phase 2: which revision to move to, and why; an automatic rollback's analysis may turn it back. */
+interface Aim {
+  target: string;
+  trigger: Trigger;
+  triggerReason?: string;
+  /** a revision rolled back automatically: it stays off until the spec changes */
+  aborted?: string;
+  /** the analysis watching the target, kept in status */
+  analysis?: AnalysisState;
+  /** the analysis that triggered a rollback: it goes on if the gate refuses the way back */
+  watched?: AnalysisState;
+}
+
+function aimPhase(i: RolloutInput, revs: Revisions): Aim | { need: RolloutNeed } {
+  const { spec, previous } = i;
+  const { specRevision, deployed } = revs;
+  const state = previous?.rollout;
+  const aborted = previous?.abortedRevision === specRevision ? previous.abortedRevision : undefined;
   // An aborted revision's stand-in is what its rollback restored, or what runs
   // (a cohort's abort leaves the stable revision running; an older rollback is not this one).
-  let target =
+  const target =
     state?.to ??
     (aborted
       ? previous?.lastRollback?.from === aborted
         ? previous.lastRollback.to
         : deployed
-      : specRevision);
-  target ??= specRevision;
-  let trigger: Trigger = 'SpecReverted';
-  let triggerReason: string | undefined;
-
-  // Automatic rollback: watch a new revision for rising age (or crash loops).
-  let analysis: AnalysisState | undefined;
-  let watched: AnalysisState | undefined;
+      : specRevision) ??
+    specRevision;
+  const aim: Aim = { target, trigger: 'SpecReverted', aborted };
   const stable =
     previous?.analysis?.revision === target
       ? previous.analysis.stable
       : previous?.currentRevision !== target
         ? previous?.currentRevision
         : undefined;
-  const cohortStrategy = spec.rollout.strategy === 'Cohort';
-  if (
+  const watching =
     !state &&
     !aborted &&
-    !cohortStrategy &&
+    spec.rollout.strategy !== 'Cohort' &&
     !previous?.cohort &&
     target === specRevision &&
     stable &&
-    Number(target) > Number(stable)
-  ) {
-    const pods = a.pods?.[target];
-    if (!pods) return { need: { kind: 'pods', revision: target } };
-    const crashLooping = pods.some((p) => p.restarts >= CRASH_LOOP_RESTARTS);
-    // An analysis not yet anchored (restarted on resume from a pause) waits
-    // for a consumer: the age rising while pods start is not the revision's.
-    const ready = Number(
-      (i.deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas ?? 0,
-    );
-    const unanchored =
-      previous?.analysis?.revision === target &&
-      previous.analysis.ageAtStart === undefined &&
-      ready === 0;
-    const analysis_ = analyze({
-      now,
-      state: previous?.analysis,
-      autoRollback: spec.rollout.autoRollback,
-      analysisSeconds: spec.rollout.analysisSeconds,
-      objectiveSeconds: spec.scaling.targetOldestAgeSeconds,
-      revision: target,
-      stable,
-      ageSeconds: unanchored ? undefined : i.ageSeconds,
-      crashLooping,
-    });
-    analysis = analysis_.state;
-    if (analysis_.rollback) {
-      // Kept in case the gate refuses the way back: the analysis then goes on
-      // saying so (a lasting RolloutBlocked) instead of ending with the refusal.
-      watched =
-        previous?.analysis?.revision === target
-          ? previous.analysis
-          : {
-              revision: target,
-              stable,
-              startedAt: iso(now),
-              ...(i.ageSeconds !== undefined && { ageAtStart: i.ageSeconds }),
-            };
-      aborted = target;
-      target = analysis_.rollback.to;
-      trigger = 'AutoRollback';
-      triggerReason = analysis_.rollback.reason;
-    }
-  }
+    Number(target) > Number(stable);
+  if (!watching) return aim;
+  const pods = i.answers.pods?.[target];
+  if (!pods) return { need: { kind: 'pods', revision: target } };
+  // An analysis not yet anchored (restarted on resume from a pause) waits
+  // for a consumer: the age rising while pods start is not the revision's.
+  const ready = Number(
+    (i.deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas ?? 0,
+  );
+  const unanchored =
+    previous?.analysis?.revision === target &&
+    previous.analysis.ageAtStart === undefined &&
+    ready === 0;
+  const result = analyze({
+    now: i.now,
+    state: previous?.analysis,
+    autoRollback: spec.rollout.autoRollback,
+    analysisSeconds: spec.rollout.analysisSeconds,
+    objectiveSeconds: spec.scaling.targetOldestAgeSeconds,
+    revision: target,
+    stable,
+    ageSeconds: unanchored ? undefined : i.ageSeconds,
+    crashLooping: pods.some((p) => p.restarts >= CRASH_LOOP_RESTARTS),
+  });
+  if (!result.rollback) return { ...aim, analysis: result.state };
+  return {
+    target: result.rollback.to,
+    trigger: 'AutoRollback',
+    triggerReason: result.rollback.reason,
+    aborted: target,
+    analysis: result.state,
+    // Kept in case the gate refuses the way back: the analysis then goes on
+    // saying so (a lasting RolloutBlocked) instead of ending with the refusal.
+    watched:
+      previous?.analysis?.revision === target
+        ? previous.analysis
+        : {
+            revision: target,
+            stable,
+            startedAt: iso(i.now),
+            ...(i.ageSeconds !== undefined && { ageAtStart: i.ageSeconds }),
+          },
+  };
+}
 
-  // The gate: nothing incompatible starts consuming, forward or back.
-  let blocked = false;
-  let gateRefusal: string | undefined;
-  let keyRuleOverridden = false;
-  const conditions: ConditionInput[] = [];
+/** Phase 3: the gate — nothing incompatible starts consuming, forward or back. */
+interface Gated {
+  /** the aim, held at the running revision when the gate refuses */
+  aim: Aim;
+  blocked: boolean;
+  /** the refusal's message, when blocked */
+  refusal?: string;
+  /** a key-rule change the override let through (it never runs as a cohort) */
+  keyRuleOverridden: boolean;
+  conditions: ConditionInput[];
+  events: PlanEvent[];
+}
+
+function gatePhase(i: RolloutInput, revs: Revisions, aim: Aim): Gated | { need: RolloutNeed } {
+  const { raw, previous } = i;
+  const a = i.answers;
+  const open: Gated = { aim, blocked: false, keyRuleOverridden: false, conditions: [], events: [] };
   // A Deployment deleted by hand is recreated at the revision that ran, not
   // at whatever the spec says now: the gate compares against that one.
-  const runningRevision = deployed ?? previous?.currentRevision;
-  if (!state && runningRevision && target !== runningRevision) {
-    // What runs is read from the live Deployment, not from our own records.
-    const running = deployedContract(i.deployment) ?? contractOf(entry(runningRevision));
-    const candidate = contractOf(entry(target));
-    if (!running || !candidate) {
-      // A gate that cannot compare must not pass: nothing changes until it can.
-      blocked = true;
-      const message = `Revision ${target} cannot be checked against revision ${runningRevision}: the ${running ? `contract of revision ${target}` : `contract revision ${runningRevision} runs`} is unknown (not in the Deployment's pod template nor in status.history). The running revision stays; re-apply its spec, or set the change again so that a new revision records its contract.`;
-      conditions.push({
-        type: 'RolloutBlocked',
-        status: 'True',
-        reason: 'ContractUnknown',
-        message,
-      });
-      events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
-      gateRefusal = message;
-      target = runningRevision;
-      analysis = undefined;
-    } else {
-      const override = raw.metadata.annotations?.[ALLOW_KEY_RULE_CHANGE];
-      if (!('seenVersions' in a)) return { need: { kind: 'seenVersions' } };
-      const keyRuleChanges = running.keyRule !== candidate.keyRule;
-      if (override && keyRuleChanges && !('queued' in a)) return { need: { kind: 'queued' } };
-      // Only the spec's own revision is checked: an earlier one ran on this queue.
-      const typeGate =
-        target === specRevision
-          ? queueTypeGate({
-              candidateRevision: target,
-              queue: spec.broker.queue,
-              wanted: spec.broker.queueType,
-              actual: i.queueType,
-            })
-          : { ok: true as const };
-      const g = !typeGate.ok
-        ? typeGate
-        : gate({
-            kind: Number(target) < Number(runningRevision) ? 'rollback' : 'rollout',
-            runningRevision,
-            running,
-            candidateRevision: target,
-            candidate,
-            producerVersions: spec.contract.producerVersions,
-            observedVersions: a.seenVersions,
-            override,
-            queuedMessages: override && keyRuleChanges ? a.queued : undefined,
-          });
-      if (!g.ok) {
-        blocked = true;
-        const message =
-          trigger === 'AutoRollback'
-            ? `The automatic rollback to revision ${target} (${triggerReason}) is refused: ${g.message} Revision ${runningRevision} keeps running; fix it forward.`
-            : g.message;
-        conditions.push({ type: 'RolloutBlocked', status: 'True', reason: g.reason, message });
-        events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
-        gateRefusal = message;
-        target = runningRevision;
-        aborted = previous?.abortedRevision === specRevision ? aborted : undefined;
-        analysis = trigger === 'AutoRollback' ? watched : undefined;
-      } else if (g.overrideUsed) {
-        keyRuleOverridden = true;
-        const who = managerOf(raw, ['metadata', 'annotations', ALLOW_KEY_RULE_CHANGE]);
-        events.push({
-          type: 'Warning',
-          reason: 'KeyRuleChangeAllowed',
-          message: `The idempotency-key rule changes from "${running.keyRule}" to "${candidate.keyRule}" with the queues empty, allowed by ${who ?? 'an unknown manager'}: "${g.overrideUsed}".`,
-        });
-      }
-    }
-  }
-
-  // The Cohort strategy (./cohort.ts): a change going forward starts as a
-  // cohort beside the revision that runs — not a key-rule change the override
-  // let through, which would run both rules side by side for a whole step
-  // (that takes the Fleet path). One in progress goes on, or, no longer
-  // wanted (the spec moved, the strategy changed, the gate now refuses it),
-  // is drained.
-  const forward =
-    !state &&
-    !blocked &&
-    !keyRuleOverridden &&
-    !!deployed &&
-    target === specRevision &&
-    target !== deployed &&
-    Number(target) > Number(deployed);
-  if (!state && deployed && (previous?.cohort || (cohortStrategy && forward))) {
-    const c = cohortPlan(i, {
-      ...(!(cohortStrategy && forward) && {
-        unwanted: gateRefusal
-          ? { check: 'Blocked' as const, reason: gateRefusal }
-          : {
-              check: 'SpecChanged' as const,
-              reason: !cohortStrategy
-                ? 'the rollout strategy is no longer Cohort'
-                : `the spec now asks for revision ${specRevision}`,
-            },
-      }),
-      target,
-      deployed,
-      specRevision,
-    });
-    if ('need' in c) return c;
-    return {
-      ...c,
-      history,
-      evicted: assigned.evicted,
-      specRevision,
-      events: [...events, ...c.events],
-      blocked,
-      status: {
-        ...c.status,
-        lastRollback: previous?.lastRollback,
-        conditions: [...conditions, ...c.status.conditions],
+  const runningRevision = revs.deployed ?? previous?.currentRevision;
+  if (previous?.rollout || !runningRevision || aim.target === runningRevision) return open;
+  const entry = (rev: string) => revs.history.find((h) => h.revision === rev);
+  const refuse = (reason: string, message: string, held: Partial<Aim>): Gated => ({
+    aim: { ...aim, target: runningRevision, ...held },
+    blocked: true,
+    refusal: message,
+    keyRuleOverridden: false,
+    conditions: [{ type: 'RolloutBlocked', status: 'True', reason, message }],
+    events: [{ type: 'Warning', reason: 'RolloutBlocked', message }],
+  });
+  // What runs is read from the live Deployment, not from our own records.
+  const running = deployedContract(i.deployment) ?? contractOf(entry(runningRevision));
+  const candidate = contractOf(entry(aim.target));
+  if (!running || !candidate)
+    // A gate that cannot compare must not pass: nothing changes until it can.
+    return refuse(
+      'ContractUnknown',
+      `Revision ${aim.target} cannot be checked against revision ${runningRevision}: the ${running ? `contract of revision ${aim.target}` : `contract revision ${runningRevision} runs`} is unknown (not in the Deployment's pod template nor in status.history). The running revision stays; re-apply its spec, or set the change again so that a new revision records its contract.`,
+      { analysis: undefined },
+    );
+  const override = raw.metadata.annotations?.[ALLOW_KEY_RULE_CHANGE];
+  if (!('seenVersions' in a)) return { need: { kind: 'seenVersions' } };
+  const keyRuleChanges = running.keyRule !== candidate.keyRule;
+  if (override && keyRuleChanges && !('queued' in a)) return { need: { kind: 'queued' } };
+  const g = compatible(i, revs, aim.target, runningRevision, running, candidate);
+  if (!g.ok) {
+    const auto = aim.trigger === 'AutoRollback';
+    return refuse(
+      g.reason,
+      auto
+        ? `The automatic rollback to revision ${aim.target} (${aim.triggerReason}) is refused: ${g.message} Revision ${runningRevision} keeps running; fix it forward.`
+        : g.message,
+      {
+        aborted: previous?.abortedRevision === revs.specRevision ? aim.aborted : undefined,
+        analysis: auto ? aim.watched : undefined,
       },
-    };
+    );
   }
+  if (!g.overrideUsed) return open;
+  const who = managerOf(raw, ['metadata', 'annotations', ALLOW_KEY_RULE_CHANGE]);
+  return {
+    ...open,
+    keyRuleOverridden: true,
+    events: [
+      {
+        type: 'Warning',
+        reason: 'KeyRuleChangeAllowed',
+        message: `The idempotency-key rule changes from "${running.keyRule}" to "${candidate.keyRule}" with the queues empty, allowed by ${who ?? 'an unknown manager'}: "${g.overrideUsed}".`,
+      },
+    ],
+  };
+}
 
-  const isRollback =
-    !state && !!deployed && target !== deployed && Number(target) < Number(deployed);
+/**
+ * The queue's type (for the spec's own revision: an earlier one ran on this
+ * queue), then the contract (./rollout.ts's gate).
+ */
+function compatible(
+  i: RolloutInput,
+  revs: Revisions,
+  target: string,
+  runningRevision: string,
+  running: Contract,
+  candidate: Contract,
+): GateResult {
+  const { spec } = i;
+  const typeGate =
+    target === revs.specRevision
+      ? queueTypeGate({
+          candidateRevision: target,
+          queue: spec.broker.queue,
+          wanted: spec.broker.queueType,
+          actual: i.queueType,
+        })
+      : { ok: true as const };
+  if (!typeGate.ok) return typeGate;
+  const override = i.raw.metadata.annotations?.[ALLOW_KEY_RULE_CHANGE];
+  return gate({
+    kind: Number(target) < Number(runningRevision) ? 'rollback' : 'rollout',
+    runningRevision,
+    running,
+    candidateRevision: target,
+    candidate,
+    producerVersions: spec.contract.producerVersions,
+    observedVersions: i.answers.seenVersions,
+    override,
+    queuedMessages:
+      override && running.keyRule !== candidate.keyRule ? i.answers.queued : undefined,
+  });
+}
+
+/**
+ * The Cohort strategy (./cohort.ts) takes this reconcile: a change going
+ * forward starts as a cohort beside the revision that runs — not a key-rule
+ * change the override let through, which would run both rules side by side
+ * for a whole step (that takes the Fleet path) — and one in progress goes on
+ * (or, no longer wanted, is drained).
+ */
+function cohortApplies(i: RolloutInput, revs: Revisions, g: Gated): boolean {
+  if (i.previous?.rollout || !revs.deployed) return false;
+  return !!i.previous?.cohort || (i.spec.rollout.strategy === 'Cohort' && goesForward(revs, g));
+}
+
+function goesForward(revs: Revisions, g: Gated): boolean {
+  const { target } = g.aim;
+  return (
+    !g.blocked &&
+    !g.keyRuleOverridden &&
+    !!revs.deployed &&
+    target === revs.specRevision &&
+    target !== revs.deployed &&
+    Number(target) > Number(revs.deployed)
+  );
+}
+
+function cohortPhase(
+  i: RolloutInput,
+  revs: Revisions,
+  g: Gated,
+): RolloutPlan | { need: RolloutNeed } {
+  const cohortStrategy = i.spec.rollout.strategy === 'Cohort';
+  const wanted = cohortStrategy && goesForward(revs, g);
+  const c = cohortPlan(i, {
+    ...(!wanted && {
+      unwanted: g.refusal
+        ? { check: 'Blocked' as const, reason: g.refusal }
+        : {
+            check: 'SpecChanged' as const,
+            reason: !cohortStrategy
+              ? 'the rollout strategy is no longer Cohort'
+              : `the spec now asks for revision ${revs.specRevision}`,
+          },
+    }),
+    target: g.aim.target,
+    deployed: revs.deployed!,
+    specRevision: revs.specRevision,
+  });
+  if ('need' in c) return c;
+  return {
+    ...c,
+    history: revs.history,
+    evicted: revs.evicted,
+    specRevision: revs.specRevision,
+    events: [...g.events, ...c.events],
+    blocked: g.blocked,
+    status: {
+      ...c.status,
+      lastRollback: i.previous?.lastRollback,
+      conditions: [...g.conditions, ...c.status.conditions],
+    },
+  };
+}
+
+/** Phase 4 (the Fleet path): the fixed-order rollback's step (./rollout.ts). */
+interface Stepped {
+  step: StepOutput;
+  /** the rollback in progress after this step */
+  state: RolloutState | undefined;
+  /** the analysis, which a rollback in progress ends */
+  analysis: AnalysisState | undefined;
+}
+
+function stepPhase(i: RolloutInput, revs: Revisions, g: Gated): Stepped | { need: RolloutNeed } {
+  const { spec } = i;
+  const state = i.previous?.rollout;
+  const { target } = g.aim;
+  const { deployed } = revs;
   let oldPods: number | undefined;
   if (state?.phase === 'Draining') {
-    const pods = a.pods?.[state.from];
+    const pods = i.answers.pods?.[state.from];
     if (!pods) return { need: { kind: 'pods', revision: state.from } };
     oldPods = pods.length;
   }
   const step = rollbackStep({
-    now,
+    now: i.now,
     state,
     deployedRevision: deployed,
     targetRevision: target,
-    isRollback,
-    trigger,
-    triggerReason,
+    isRollback: !state && !!deployed && target !== deployed && Number(target) < Number(deployed),
+    trigger: g.aim.trigger,
+    triggerReason: g.aim.triggerReason,
     drainSeconds: spec.shutdown.drainDeadlineSeconds + TERMINATION_MARGIN_SECONDS,
     verifySeconds: spec.rollout.verifySeconds,
     objectiveSeconds: spec.scaling.targetOldestAgeSeconds,
@@ -426,133 +562,157 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
     restored: state?.phase === 'Restoring' ? rolledOutAt(i.deployment, state.to) : false,
     ageSeconds: i.ageSeconds,
   });
-  if (step.event) events.push(step.event);
-  conditions.push(...step.conditions);
-  state = step.state;
-  if (state) analysis = undefined;
+  return { step, state: step.state, analysis: step.state ? undefined : g.aim.analysis };
+}
 
+/** Phase 5: how the last rollback ended, and what Progressing and Degraded say of it. */
+interface Outcome {
+  lastRollback?: LastRollback;
+  progressing?: ConditionInput;
+  degraded?: ConditionInput;
+  events: PlanEvent[];
+}
+
+function outcomePhase(i: RolloutInput, g: Gated, s: Stepped): Outcome {
+  const previous = i.previous;
+  const { aborted, target } = g.aim;
   const lastRollback =
-    step.finished ??
-    (previous?.lastRollback && previous.lastRollback.to === target && !state
+    s.step.finished ??
+    (previous?.lastRollback && previous.lastRollback.to === target && !s.state
       ? previous.lastRollback
       : undefined);
-  let progressing: ConditionInput | undefined;
-  let degraded: ConditionInput | undefined;
-  if (state) {
-    progressing = {
-      type: 'Progressing',
-      status: 'True',
-      reason: 'RollingBack',
-      message: `Rolling back from revision ${state.from} to ${state.to}: ${state.phase.toLowerCase()}.`,
+  const events: PlanEvent[] =
+    aborted && !s.state && s.step.finished?.trigger === 'AutoRollback'
+      ? [
+          {
+            type: 'Warning',
+            reason: 'RevisionAborted',
+            message: `Revision ${aborted} stays off after its automatic rollback: change the spec (a new revision) to roll forward again.`,
+          },
+        ]
+      : [];
+  const cohortDegraded = cohortAborted(previous?.lastCohort, aborted);
+  if (s.state)
+    return {
+      lastRollback,
+      progressing: {
+        type: 'Progressing',
+        status: 'True',
+        reason: 'RollingBack',
+        message: `Rolling back from revision ${s.state.from} to ${s.state.to}: ${s.state.phase.toLowerCase()}.`,
+      },
+      degraded: cohortDegraded,
+      events,
     };
-  } else if (lastRollback && rolledOutAt(i.deployment, lastRollback.to)) {
-    progressing = {
+  if (!lastRollback || !rolledOutAt(i.deployment, lastRollback.to))
+    return { lastRollback, degraded: cohortDegraded, events };
+  return {
+    lastRollback,
+    progressing: {
       type: 'Progressing',
       status: 'False',
       reason: 'RollbackComplete',
       message: lastRollback.message,
-    };
-    if (lastRollback.result === 'NotRecovering')
-      degraded = {
-        type: 'Degraded',
-        status: 'True',
-        reason: 'RollbackNotRecovering',
-        message: lastRollback.message,
-      };
-  }
-  const lastCohort = previous?.lastCohort;
-  degraded ??= cohortAborted(lastCohort, aborted);
-  if (aborted && !state && step.finished?.trigger === 'AutoRollback')
-    events.push({
-      type: 'Warning',
-      reason: 'RevisionAborted',
-      message: `Revision ${aborted} stays off after its automatic rollback: change the spec (a new revision) to roll forward again.`,
-    });
-
-  // The template to apply: the spec's own; the live one, untouched, when the
-  // revision to run is the one running; else the revision's recorded spec. A
-  // revision whose spec is not recorded is never started from another spec.
-  const deployRevision = step.deploy.revision;
-  let deploySpec: JobWorkerSpec | undefined = spec;
-  if (deployRevision !== specRevision) {
-    if (deployRevision === deployed) deploySpec = undefined;
-    else {
-      const recorded = recordedSpec(deployRevision, history, a);
-      if (recorded && 'need' in recorded) return recorded;
-      deploySpec = recorded;
-      if (!recorded && !blocked) {
-        blocked = true;
-        const message = `Revision ${deployRevision}'s spec is not recorded (no ControllerRevision ${revisionRecordName(raw.metadata.name, deployRevision)} of this JobWorker with its contract), so it cannot be started; ${deployed ? `revision ${deployed} keeps running` : 'nothing is started'}. Re-apply revision ${deployRevision}'s spec to go back to it.`;
-        conditions.push({
-          type: 'RolloutBlocked',
-          status: 'True',
-          reason: 'RevisionSpecUnknown',
-          message,
-        });
-        events.push({ type: 'Warning', reason: 'RolloutBlocked', message });
-      }
-    }
-  }
-  return {
-    history,
-    evicted: assigned.evicted,
-    specRevision,
-    targetRevision: state?.to ?? target,
-    deployRevision,
-    deploySpec,
-    scaleToZero: step.deploy.scaleToZero,
-    status: {
-      rollout: state,
-      lastRollback,
-      analysis,
-      abortedRevision: aborted,
-      lastCohort,
-      conditions,
-      progressing,
-      degraded,
-      rollingBack: !!state,
     },
-    // a cohort Deployment without a cohort (a delete that failed, a status lost): gone
-    removeCohort: !!i.cohortDeployment,
-    requeueMs: step.requeueMs ?? (analysis ? 5000 : undefined),
+    degraded:
+      lastRollback.result === 'NotRecovering'
+        ? {
+            type: 'Degraded',
+            status: 'True',
+            reason: 'RollbackNotRecovering',
+            message: lastRollback.message,
+          }
+        : cohortDegraded,
     events,
-    blocked,
+  };
+}
+
+/**
+ * Phase 6: the template to apply: the spec's own; the live one, untouched,
+ * when the revision to run is the one running; else the revision's recorded
+ * spec. A revision whose spec is not recorded is never started from another spec.
+ */
+interface Template {
+  deployRevision: string;
+  deploySpec: JobWorkerSpec | undefined;
+  blocked: boolean;
+  conditions: ConditionInput[];
+  events: PlanEvent[];
+}
+
+function templatePhase(
+  i: RolloutInput,
+  revs: Revisions,
+  alreadyBlocked: boolean,
+  deployRevision: string,
+): Template | { need: RolloutNeed } {
+  const none = { blocked: false, conditions: [], events: [] };
+  if (deployRevision === revs.specRevision) return { deployRevision, deploySpec: i.spec, ...none };
+  if (deployRevision === revs.deployed) return { deployRevision, deploySpec: undefined, ...none };
+  const recorded = recordedSpec(deployRevision, revs.history, i.answers);
+  if (recorded && 'need' in recorded) return recorded;
+  if (recorded || alreadyBlocked) return { deployRevision, deploySpec: recorded, ...none };
+  const message = `Revision ${deployRevision}'s spec is not recorded (no ControllerRevision ${revisionRecordName(i.raw.metadata.name, deployRevision)} of this JobWorker with its contract), so it cannot be started; ${revs.deployed ? `revision ${revs.deployed} keeps running` : 'nothing is started'}. Re-apply revision ${deployRevision}'s spec to go back to it.`;
+  return {
+    deployRevision,
+    deploySpec: undefined,
+    blocked: true,
+    conditions: [
+      { type: 'RolloutBlocked', status: 'True', reason: 'RevisionSpecUnknown', message },
+    ],
+    events: [{ type: 'Warning', reason: 'RolloutBlocked', message }],
   };
 }
 
 type CohortPlan = Omit<RolloutPlan, 'history' | 'evicted' | 'specRevision' | 'blocked'>;
 
-/** A Cohort rollout's reconcile: the reads its phase needs, then ./cohort.ts decides. */
-function cohortPlan(
-  i: RolloutInput,
-  o: {
-    unwanted?: { check: 'SpecChanged' | 'Blocked'; reason: string };
-    target: string;
-    deployed: string;
-    specRevision: string;
-  },
-): CohortPlan | { need: RolloutNeed } {
-  const { spec, previous, answers: a } = i;
-  const running = previous?.cohort;
-  const status = (d: KubeObject | undefined) =>
-    (d?.status ?? {}) as { readyReplicas?: number; replicas?: number };
+interface CohortTarget {
+  unwanted?: { check: 'SpecChanged' | 'Blocked'; reason: string };
+  target: string;
+  deployed: string;
+  specRevision: string;
+}
+
+/** What a cohort's phase needs read: its pods while it drains, its samples while it is judged, the spec it promotes. */
+interface CohortReads {
+  cohortPods: number | undefined;
+  cohortRevision: string;
+  promotedSpec: JobWorkerSpec | undefined;
+}
+
+const deploymentStatus = (d: KubeObject | undefined) =>
+  (d?.status ?? {}) as { readyReplicas?: number; replicas?: number };
+
+function cohortReads(i: RolloutInput, o: CohortTarget): CohortReads | { need: RolloutNeed } {
+  const a = i.answers;
+  const running = i.previous?.cohort;
   let cohortPods: number | undefined;
   if (running?.phase === 'Aborting') {
     const pods = a.pods?.[running.revision];
     if (!pods) return { need: { kind: 'pods', revision: running.revision } };
     cohortPods = pods.length;
-  } else if (running?.phase === 'Promoting') cohortPods = status(i.cohortDeployment).replicas ?? 0;
+  } else if (running?.phase === 'Promoting')
+    cohortPods = deploymentStatus(i.cohortDeployment).replicas ?? 0;
   const analyzing = running && (running.phase === 'Analyzing' || running.phase === 'Waiting');
   if (analyzing && !a.cohortSamples) return { need: { kind: 'cohortSamples' } };
   // The stable Deployment moves to the cohort's revision at the end: from the
   // spec, or (the spec has moved on) from that revision's recorded spec.
   const cohortRevision = running?.revision ?? o.target;
-  let promotedSpec: JobWorkerSpec | undefined = spec;
-  if (cohortRevision !== o.specRevision && running?.phase === 'Promoting') {
-    const recorded = recordedSpec(cohortRevision, i.previous?.history, a);
-    if (recorded && 'need' in recorded) return recorded;
-    promotedSpec = recorded;
-  }
+  if (cohortRevision === o.specRevision || running?.phase !== 'Promoting')
+    return { cohortPods, cohortRevision, promotedSpec: i.spec };
+  const recorded = recordedSpec(cohortRevision, i.previous?.history, a);
+  if (recorded && 'need' in recorded) return recorded;
+  return { cohortPods, cohortRevision, promotedSpec: recorded };
+}
+
+/** A Cohort rollout's reconcile: the reads its phase needs, then ./cohort.ts decides. */
+function cohortPlan(i: RolloutInput, o: CohortTarget): CohortPlan | { need: RolloutNeed } {
+  const reads = cohortReads(i, o);
+  if ('need' in reads) return reads;
+  const { spec, previous } = i;
+  const running = previous?.cohort;
+  const status = deploymentStatus;
+  const { cohortPods, promotedSpec } = reads;
   const out: CohortOutput = cohortStep({
     now: i.now,
     state: running,
@@ -571,11 +731,23 @@ function cohortPlan(
     cohortPods,
     stableReady: status(i.deployment).readyReplicas ?? 0,
     promoted: running ? onlyRevision(i.deployment, running.revision) : false,
-    samples: a.cohortSamples,
+    samples: i.answers.cohortSamples,
     memory: i.cohortMemory,
     ageSeconds: i.ageSeconds,
     command: parseCommand(i.raw.metadata.annotations?.[ANNOTATION_COHORT_COMMAND]),
   });
+  return cohortPlanOf(i, o, reads, out);
+}
+
+/** What the cohort's step decided, as the rollout's plan. */
+function cohortPlanOf(
+  i: RolloutInput,
+  o: CohortTarget,
+  reads: CohortReads,
+  out: CohortOutput,
+): CohortPlan {
+  const { spec, previous } = i;
+  const { cohortRevision, promotedSpec } = reads;
   const s = out.state;
   const f = out.finished;
   const promoted = out.stable.promoted && promotedSpec !== undefined;

@@ -168,98 +168,98 @@ export interface StepOutput {
 
 export const iso = (d: Date) => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 
+/** One step of the fixed-order rollback: drain → restore → verify. */
 export function rollbackStep(i: StepInput): StepOutput {
-  const now = i.now;
   const s = i.state;
-  if (!s) {
-    if (!i.isRollback || !i.deployedRevision || i.deployedRevision === i.targetRevision)
-      return {
-        deploy: { revision: i.targetRevision, scaleToZero: false },
-        state: undefined,
-        conditions: [],
-      };
-    const deadline = new Date(now.getTime() + i.drainSeconds * 1000);
-    const state: RolloutState = {
-      phase: 'Draining',
-      trigger: i.trigger,
-      from: i.deployedRevision,
-      to: i.targetRevision,
-      ...(i.triggerReason ? { reason: i.triggerReason } : {}),
-      startedAt: iso(now),
-      stepStartedAt: iso(now),
-      drainDeadline: iso(deadline),
-    };
-    return {
-      deploy: { revision: i.deployedRevision, scaleToZero: true },
-      state,
-      conditions: [drainingCondition(state)],
-      requeueMs: 1000,
-      event: {
-        type: i.trigger === 'AutoRollback' ? 'Warning' : 'Normal',
-        reason: 'RollbackStarted',
-        message: `Rolling back from revision ${state.from} to ${state.to}${i.triggerReason ? ` (${i.triggerReason})` : ''}: draining revision ${state.from} first, deadline ${state.drainDeadline}.`,
-      },
-    };
-  }
+  if (!s) return startStep(i);
+  if (s.phase === 'Draining') return drainStep(i, s);
+  if (s.phase === 'Restoring') return restoreStep(i, s);
+  return verifyStep(i, s);
+}
 
-  if (s.phase === 'Draining') {
-    const deadlinePassed = now.getTime() >= Date.parse(s.drainDeadline);
-    if (i.oldPods === 0 || deadlinePassed) {
-      const state: RolloutState = {
-        ...s,
-        phase: 'Restoring',
-        stepStartedAt: iso(now),
-        drainEndedAt: iso(now),
-        drainEndedBy: i.oldPods === 0 ? 'PodsGone' : 'Deadline',
-      };
-      return {
-        deploy: { revision: s.to, scaleToZero: false },
-        state,
-        conditions: [
-          notDraining(
-            `Revision ${s.from} drained (${state.drainEndedBy === 'PodsGone' ? 'its pods are gone' : `the deadline passed with ${i.oldPods ?? '?'} pods left`}); restoring revision ${s.to}.`,
-          ),
-        ],
-        requeueMs: 1000,
-        event: {
-          type: state.drainEndedBy === 'PodsGone' ? 'Normal' : 'Warning',
-          reason: 'Drained',
-          message: `Revision ${s.from} ${state.drainEndedBy === 'PodsGone' ? 'stopped consuming: its pods are gone' : `reached its drain deadline with ${i.oldPods ?? '?'} pods left`}; starting revision ${s.to}.`,
-        },
-      };
-    }
+/** No rollback in progress: one starts when the target is an earlier revision than the one deployed. */
+function startStep(i: StepInput): StepOutput {
+  if (!i.isRollback || !i.deployedRevision || i.deployedRevision === i.targetRevision)
+    return {
+      deploy: { revision: i.targetRevision, scaleToZero: false },
+      state: undefined,
+      conditions: [],
+    };
+  const deadline = new Date(i.now.getTime() + i.drainSeconds * 1000);
+  const state: RolloutState = {
+    phase: 'Draining',
+    trigger: i.trigger,
+    from: i.deployedRevision,
+    to: i.targetRevision,
+    ...(i.triggerReason ? { reason: i.triggerReason } : {}),
+    startedAt: iso(i.now),
+    stepStartedAt: iso(i.now),
+    drainDeadline: iso(deadline),
+  };
+  return {
+    deploy: { revision: i.deployedRevision, scaleToZero: true },
+    state,
+    conditions: [drainingCondition(state)],
+    requeueMs: 1000,
+    event: {
+      type: i.trigger === 'AutoRollback' ? 'Warning' : 'Normal',
+      reason: 'RollbackStarted',
+      message: `Rolling back from revision ${state.from} to ${state.to}${i.triggerReason ? ` (${i.triggerReason})` : ''}: draining revision ${state.from} first, deadline ${state.drainDeadline}.`,
+    },
+  };
+}
+
+/** Draining: the old revision at 0 until its pods are gone or the deadline passes. */
+function drainStep(i: StepInput, s: RolloutState): StepOutput {
+  const deadlinePassed = i.now.getTime() >= Date.parse(s.drainDeadline);
+  if (i.oldPods !== 0 && !deadlinePassed)
     return {
       deploy: { revision: s.from, scaleToZero: true },
       state: s,
       conditions: [drainingCondition(s, i.oldPods)],
       requeueMs: 1000,
     };
-  }
+  const state: RolloutState = {
+    ...s,
+    phase: 'Restoring',
+    stepStartedAt: iso(i.now),
+    drainEndedAt: iso(i.now),
+    drainEndedBy: i.oldPods === 0 ? 'PodsGone' : 'Deadline',
+  };
+  const gone = state.drainEndedBy === 'PodsGone';
+  return {
+    deploy: { revision: s.to, scaleToZero: false },
+    state,
+    conditions: [
+      notDraining(
+        `Revision ${s.from} drained (${gone ? 'its pods are gone' : `the deadline passed with ${i.oldPods ?? '?'} pods left`}); restoring revision ${s.to}.`,
+      ),
+    ],
+    requeueMs: 1000,
+    event: {
+      type: gone ? 'Normal' : 'Warning',
+      reason: 'Drained',
+      message: `Revision ${s.from} ${gone ? 'stopped consuming: its pods are gone' : `reached its drain deadline with ${i.oldPods ?? '?'} pods left`}; starting revision ${s.to}.`,
+    },
+  };
+}
 
-  if (s.phase === 'Restoring') {
-    if (!i.restored)
-      return {
-        deploy: { revision: s.to, scaleToZero: false },
-        state: s,
-        conditions: [],
-        requeueMs: 2000,
-      };
-    const state: RolloutState = {
-      ...s,
-      phase: 'Verifying',
-      stepStartedAt: iso(now),
-      ...(i.ageSeconds !== undefined ? { ageAtRestore: Math.round(i.ageSeconds) } : {}),
-      verifyUntil: iso(new Date(now.getTime() + i.verifySeconds * 1000)),
-    };
-    return {
-      deploy: { revision: s.to, scaleToZero: false },
-      state,
-      conditions: [],
-      requeueMs: 2000,
-    };
-  }
+/** Restoring: the previous revision rolls out; once it runs, the verification window starts. */
+function restoreStep(i: StepInput, s: RolloutState): StepOutput {
+  const deploy = { revision: s.to, scaleToZero: false };
+  if (!i.restored) return { deploy, state: s, conditions: [], requeueMs: 2000 };
+  const state: RolloutState = {
+    ...s,
+    phase: 'Verifying',
+    stepStartedAt: iso(i.now),
+    ...(i.ageSeconds !== undefined ? { ageAtRestore: Math.round(i.ageSeconds) } : {}),
+    verifyUntil: iso(new Date(i.now.getTime() + i.verifySeconds * 1000)),
+  };
+  return { deploy, state, conditions: [], requeueMs: 2000 };
+}
 
-  // Verifying: queue age must start falling (or be within the objective) in the window.
+/** Verifying: queue age must start falling (or be within the objective) in the window. */
+function verifyStep(i: StepInput, s: RolloutState): StepOutput {
   const age = i.ageSeconds;
   const falling =
     age !== undefined &&
@@ -267,16 +267,16 @@ export function rollbackStep(i: StepInput): StepOutput {
   if (age === undefined || falling)
     return finish(
       s,
-      now,
+      i.now,
       'Complete',
       age === undefined
         ? `Rolled back from revision ${s.from} to ${s.to}; queue age not verified (no queue signal).`
         : `Rolled back from revision ${s.from} to ${s.to}; queue age ${s.ageAtRestore !== undefined ? `went from ${Math.round(s.ageAtRestore)} s to ` : 'is '}${Math.round(age)} s (objective ${i.objectiveSeconds} s).`,
     );
-  if (now.getTime() >= Date.parse(s.verifyUntil ?? s.stepStartedAt))
+  if (i.now.getTime() >= Date.parse(s.verifyUntil ?? s.stepStartedAt))
     return finish(
       s,
-      now,
+      i.now,
       'NotRecovering',
       `Rolled back from revision ${s.from} to ${s.to}, but queue age did not fall within ${i.verifySeconds} s: ${s.ageAtRestore !== undefined ? `${Math.round(s.ageAtRestore)} s at restore, ` : ''}${Math.round(age)} s now (objective ${i.objectiveSeconds} s). Look at the downstream and at revision ${s.to}'s workers.`,
     );

@@ -127,7 +127,6 @@ export function decideReplicas(
   prev: ScalingState,
   nowMs: number,
 ): ScalingDecision {
-  const window = spec.scaleDownStabilizationSeconds * 1000;
   if (!signals.ok) {
     return {
       desired: current,
@@ -138,118 +137,179 @@ export function decideReplicas(
       throttling: false,
     };
   }
+  const window = spec.scaleDownStabilizationSeconds * 1000;
   // With no history (a new JobWorker, or an operator restart), what runs now
   // counts as a recommendation: nothing scales down before a full window.
   const history = prev.recommendations.length
     ? prev.recommendations
     : [{ at: nowMs, replicas: current }];
-  const state: ScalingState = {
+  const ready = signals.readyReplicas ?? current;
+  const learnt: ScalingState = {
     ...prev,
     recommendations: history.filter((r) => nowMs - r.at <= window),
+    perReplicaRate: learnPerReplicaRate(prev.perReplicaRate, signals, ready),
+    ...throttleCap(spec, signals, prev, current, ready, nowMs),
   };
+  const downstreamCap = learnt.throttleCap ?? staticDownstreamCap(spec);
+  const perReplica = perReplicaCapacity(spec, signals, learnt.perReplicaRate, ready, current);
+  const need = replicasNeeded(signals, spec, perReplica, current);
+  // The recommendation (the need within min/max) is what the window remembers…
+  const recommendation = Math.min(spec.maxReplicas, Math.max(spec.minReplicas, need));
+  const state: ScalingState = {
+    ...learnt,
+    recommendations: [...learnt.recommendations, { at: nowMs, replicas: recommendation }],
+  };
+  const limit = (desired: number, limitedBy: LimitedBy) => ({ desired, limitedBy });
+  const stable = stabilized(spec, signals, state, current, recommendation);
+  // The downstream cap applies at once, window or not: its point is to relieve a dependency now.
+  const { desired, limitedBy } =
+    downstreamCap !== undefined &&
+    stable.desired > downstreamCap &&
+    downstreamCap >= spec.minReplicas
+      ? limit(downstreamCap, 'downstream')
+      : stable.held
+        ? limit(stable.desired, 'stabilization')
+        : limit(
+            recommendation,
+            need > spec.maxReplicas
+              ? 'maxReplicas'
+              : need < spec.minReplicas
+                ? 'minReplicas'
+                : 'age',
+          );
+  const message = decisionMessage(spec, signals, state, {
+    desired,
+    limitedBy,
+    need,
+    recommendation,
+  });
+  const throttling = (signals.throttleRate ?? 0) > THROTTLE_THRESHOLD;
+  return { desired, limitedBy, message, state, need, throttling };
+}
 
-  // Learn per-replica throughput only while the fleet is saturated (a backlog
-  // is waiting); otherwise completions just mirror arrivals.
-  const ready = signals.readyReplicas ?? current;
-  if (ready > 0 && signals.depth > 0 && signals.completionRate > 0) {
-    const sample = signals.completionRate / ready;
-    state.perReplicaRate =
-      state.perReplicaRate === undefined ? sample : 0.7 * state.perReplicaRate + 0.3 * sample;
-  }
+type OkSignals = Extract<Signals, { ok: true }>;
 
-  // AIMD on the downstream cap. While the dependency throttles, the cap drops to
-  // the replicas that carry what it accepted (the workers' completions ÷ one
-  // replica's capacity); without those figures, to ×0.75. +1 per quiet period.
-  // (Halving, as TCP does, overshoots: it drops the fleet well below what the
-  // dependency does accept, and +1 per period takes minutes to climb back. A
-  // blind ×0.75 undershoots too, and the burst's backlog then waits: bench.)
+/**
+ * Per-replica throughput, learnt only while the fleet is saturated (a backlog
+ * is waiting); otherwise completions just mirror arrivals.
+ */
+function learnPerReplicaRate(
+  rate: number | undefined,
+  signals: OkSignals,
+  ready: number,
+): number | undefined {
+  if (ready <= 0 || signals.depth <= 0 || signals.completionRate <= 0) return rate;
+  const sample = signals.completionRate / ready;
+  return rate === undefined ? sample : 0.7 * rate + 0.3 * sample;
+}
+
+/**
+ * AIMD on the downstream cap. While the dependency throttles, the cap drops to
+ * the replicas that carry what it accepted (the workers' completions ÷ one
+ * replica's capacity); without those figures, to ×0.75. +1 per quiet period.
+ * (Halving, as TCP does, overshoots: it drops the fleet well below what the
+ * dependency does accept, and +1 per period takes minutes to climb back. A
+ * blind ×0.75 undershoots too, and the burst's backlog then waits: bench.)
+ */
+function throttleCap(
+  spec: ScalingSpec,
+  signals: OkSignals,
+  prev: ScalingState,
+  current: number,
+  ready: number,
+  nowMs: number,
+): Pick<ScalingState, 'throttleCap' | 'lastCapChangeAt'> {
+  const kept = { throttleCap: prev.throttleCap, lastCapChangeAt: prev.lastCapChangeAt };
   const staticCap = staticDownstreamCap(spec);
-  if (signals.throttleRate !== undefined && staticCap !== undefined) {
-    const canMove =
-      state.lastCapChangeAt === undefined || nowMs - state.lastCapChangeAt >= AIMD_PERIOD_S * 1000;
-    const cap = state.throttleCap ?? staticCap;
-    const measured =
-      signals.workerCompletedRate !== undefined && signals.capacityPerReplica !== undefined;
-    if (signals.throttleRate > THROTTLE_THRESHOLD && canMove) {
-      const before = Math.min(cap, Math.max(current, 1));
-      if (!measured) {
-        state.throttleCap = Math.max(1, Math.floor(before * DECREASE));
-        state.lastCapChangeAt = nowMs;
-      } else if (ready >= current) {
-        // Measured only once every replica consumes (pods still starting complete nothing);
-        // at or above `before`, the throttling the minute-long rate still shows is over.
-        const carried = Math.round(signals.workerCompletedRate! / signals.capacityPerReplica!);
-        if (carried < before) {
-          state.throttleCap = Math.max(1, carried);
-          state.lastCapChangeAt = nowMs;
-        }
-      }
-    } else if (
-      signals.throttleRate <= THROTTLE_THRESHOLD &&
-      state.throttleCap !== undefined &&
-      canMove
-    ) {
-      state.throttleCap = cap + 1 >= staticCap ? undefined : cap + 1;
-      state.lastCapChangeAt = nowMs;
-    }
-  }
-  const downstreamCap = state.throttleCap ?? staticCap;
+  if (signals.throttleRate === undefined || staticCap === undefined) return kept;
+  const canMove =
+    prev.lastCapChangeAt === undefined || nowMs - prev.lastCapChangeAt >= AIMD_PERIOD_S * 1000;
+  if (!canMove) return kept;
+  const cap = prev.throttleCap ?? staticCap;
+  if (signals.throttleRate <= THROTTLE_THRESHOLD)
+    return prev.throttleCap === undefined
+      ? kept
+      : { throttleCap: cap + 1 >= staticCap ? undefined : cap + 1, lastCapChangeAt: nowMs };
+  const before = Math.min(cap, Math.max(current, 1));
+  if (signals.workerCompletedRate === undefined || signals.capacityPerReplica === undefined)
+    return { throttleCap: Math.max(1, Math.floor(before * DECREASE)), lastCapChangeAt: nowMs };
+  // Measured only once every replica consumes (pods still starting complete nothing);
+  // at or above `before`, the throttling the minute-long rate still shows is over.
+  if (ready < current) return kept;
+  const carried = Math.round(signals.workerCompletedRate / signals.capacityPerReplica);
+  return carried < before ? { throttleCap: Math.max(1, carried), lastCapChangeAt: nowMs } : kept;
+}
 
-  // Capacity from the workers' own figures when they report them; while a
-  // backlog is late, what the fleet actually completes cross-checks it (a mean
-  // handler time taken from few, heavy-tailed samples runs short: bench).
+/**
+ * Capacity from the workers' own figures when they report them; while a
+ * backlog is late, what the fleet actually completes cross-checks it (a mean
+ * handler time taken from few, heavy-tailed samples runs short: bench).
+ */
+function perReplicaCapacity(
+  spec: ScalingSpec,
+  signals: OkSignals,
+  learnt: number | undefined,
+  ready: number,
+  current: number,
+): number | undefined {
+  if (signals.capacityPerReplica === undefined) return learnt;
   const late =
     signals.depth > 0 &&
     signals.oldestAgeSeconds > spec.targetOldestAgeSeconds / 4 &&
     ready >= current;
-  const perReplica =
-    signals.capacityPerReplica === undefined
-      ? state.perReplicaRate
-      : late && state.perReplicaRate !== undefined
-        ? Math.min(signals.capacityPerReplica, state.perReplicaRate)
-        : signals.capacityPerReplica;
-  const need = replicasNeeded(signals, spec, perReplica, current);
-  // The recommendation (the need within min/max) is what the window remembers…
-  const recommendation = Math.min(spec.maxReplicas, Math.max(spec.minReplicas, need));
-  state.recommendations = [...state.recommendations, { at: nowMs, replicas: recommendation }];
-  let desired = recommendation;
-  let limitedBy: LimitedBy =
-    need > spec.maxReplicas ? 'maxReplicas' : need < spec.minReplicas ? 'minReplicas' : 'age';
-  // …so that it goes up at once but down only to the highest recommendation of the window.
-  if (desired < current) {
-    const quietTarget = Math.max(...state.recommendations.slice(-2).map((r) => r.replicas));
-    // A small step down is what noise looks like: it waits for the full window.
-    const highest =
-      signals.depth === 0 && current - quietTarget >= Math.max(2, Math.ceil(QUIET_STEP * current))
-        ? quietTarget
-        : Math.max(...state.recommendations.map((r) => r.replicas));
-    // …never above maxReplicas: a lowered maximum applies at once (as the HPA's does).
-    const held = Math.min(current, highest, spec.maxReplicas);
-    if (held > desired) {
-      desired = held;
-      limitedBy = 'stabilization';
-    }
-  }
-  // The downstream cap applies at once, window or not: its point is to relieve a dependency now.
-  if (downstreamCap !== undefined && desired > downstreamCap && downstreamCap >= spec.minReplicas) {
-    desired = downstreamCap;
-    limitedBy = 'downstream';
-  }
+  return late && learnt !== undefined
+    ? Math.min(signals.capacityPerReplica, learnt)
+    : signals.capacityPerReplica;
+}
 
+/**
+ * Up at once, down only to the highest recommendation of the window (a
+ * small step down is what noise looks like: it waits for the full window),
+ * never above maxReplicas (a lowered maximum applies at once, as the HPA's does).
+ */
+function stabilized(
+  spec: ScalingSpec,
+  signals: OkSignals,
+  state: ScalingState,
+  current: number,
+  recommendation: number,
+): { desired: number; held: boolean } {
+  if (recommendation >= current) return { desired: recommendation, held: false };
+  const quietTarget = Math.max(...state.recommendations.slice(-2).map((r) => r.replicas));
+  const highest =
+    signals.depth === 0 && current - quietTarget >= Math.max(2, Math.ceil(QUIET_STEP * current))
+      ? quietTarget
+      : Math.max(...state.recommendations.map((r) => r.replicas));
+  const held = Math.min(current, highest, spec.maxReplicas);
+  return held > recommendation
+    ? { desired: held, held: true }
+    : { desired: recommendation, held: false };
+}
+
+function decisionMessage(
+  spec: ScalingSpec,
+  signals: OkSignals,
+  state: ScalingState,
+  d: { desired: number; limitedBy: LimitedBy; need: number; recommendation: number },
+): string {
+  const { desired, need, recommendation } = d;
   const age = `oldest message ${Math.round(signals.oldestAgeSeconds)} s ${signals.oldestAgeSeconds > spec.targetOldestAgeSeconds ? '>' : '≤'} ${spec.targetOldestAgeSeconds} s objective`;
-  const messages: Record<LimitedBy, string> = {
-    age: `${desired} replicas keep the ${age} (${signals.depth} waiting, ${fmt(signals.arrivalRate)}/s arriving).`,
-    downstream:
-      state.throttleCap !== undefined
-        ? `Capped at ${desired} replicas: the dependency is throttling (${fmt(signals.throttleRate ?? 0)}/s), so the cap was lowered from ${staticCap}; ${age}.`
-        : `Capped by downstream capacity ${spec.maxConcurrency} / prefetch ${spec.prefetch} = ${desired} replicas; ${age}.`,
-    maxReplicas: `Capped at maxReplicas ${spec.maxReplicas} (${need} wanted); ${age}. Raise spec.scaling.maxReplicas if the dependency allows.`,
-    minReplicas: `Held at minReplicas ${spec.minReplicas}; ${age}.`,
-    stabilization: `Holding ${desired} replicas for the ${spec.scaleDownStabilizationSeconds} s scale-down window (${recommendation} would do now); ${age}.`,
-    signalMissing: '',
-  };
-  const throttling = (signals.throttleRate ?? 0) > THROTTLE_THRESHOLD;
-  return { desired, limitedBy, message: messages[limitedBy], state, need, throttling };
+  switch (d.limitedBy) {
+    case 'age':
+      return `${desired} replicas keep the ${age} (${signals.depth} waiting, ${fmt(signals.arrivalRate)}/s arriving).`;
+    case 'downstream':
+      return state.throttleCap !== undefined
+        ? `Capped at ${desired} replicas: the dependency is throttling (${fmt(signals.throttleRate ?? 0)}/s), so the cap was lowered from ${staticDownstreamCap(spec)}; ${age}.`
+        : `Capped by downstream capacity ${spec.maxConcurrency} / prefetch ${spec.prefetch} = ${desired} replicas; ${age}.`;
+    case 'maxReplicas':
+      return `Capped at maxReplicas ${spec.maxReplicas} (${need} wanted); ${age}. Raise spec.scaling.maxReplicas if the dependency allows.`;
+    case 'minReplicas':
+      return `Held at minReplicas ${spec.minReplicas}; ${age}.`;
+    case 'stabilization':
+      return `Holding ${desired} replicas for the ${spec.scaleDownStabilizationSeconds} s scale-down window (${recommendation} would do now); ${age}.`;
+    default:
+      return '';
+  }
 }
 
 function fmt(n: number): string {

@@ -180,181 +180,12 @@ export function duration(seconds: number): string {
 
 export function computeStatus(i: StatusInput): JobWorkerStatus {
   const prev = i.previous ?? {};
-  let conditions: Condition[] = [...(prev.conditions ?? [])];
-  const set = (c: ConditionInput) =>
-    (conditions = setCondition(conditions, c, i.generation, i.now));
   const d = i.deployment;
-
-  if (i.problems.length) {
-    set({
-      type: 'Degraded',
-      status: 'True',
-      reason: i.problems[0]!.reason,
-      message: i.problems.map((p) => p.message).join(' '),
-    });
-  } else if (i.rollout?.degraded) {
-    set(i.rollout.degraded);
-  } else if (i.workers?.status === 'False') {
-    set({ type: 'Degraded', status: 'True', reason: i.workers.reason, message: i.workers.message });
-  } else {
-    set({
-      type: 'Degraded',
-      status: 'False',
-      reason: 'AsExpected',
-      message: 'The spec is valid and its Secrets are in place.',
-    });
-  }
-
-  if (i.workers) set(i.workers);
-  set(
-    i.paused
-      ? {
-          type: 'Paused',
-          status: 'True',
-          reason: 'PausedByUser',
-          message: `Paused by ${i.paused.by}: ${i.paused.reason}. 0 replicas held (${d?.readyReplicas ?? 0} still ready, draining); ${i.desiredReplicas} restored on resume: kubectl jobworker resume NAME --reason ….`,
-        }
-      : {
-          type: 'Paused',
-          status: 'False',
-          reason: 'NotPaused',
-          message: 'Replicas follow the scaler.',
-        },
+  const rolledOut = isRolledOut(i);
+  const conditions = conditionsOf(i, rolledOut, prev.conditions ?? []).reduce(
+    (all, c) => setCondition(all, c, i.generation, i.now),
+    prev.conditions ?? [],
   );
-
-  // Rolled out: the Deployment runs the revision being moved to. A rollback
-  // drains the old revision at 0 replicas first: that is not the new one
-  // running; nor is a paused fleet's revision at 0 (its rollout holds).
-  const rolledOut =
-    !i.paused &&
-    !!d &&
-    d.revision === i.updateRevision &&
-    d.observedGeneration >= d.generation &&
-    d.updatedReplicas >= d.replicas &&
-    d.readyReplicas >= d.replicas &&
-    d.replicas === (i.appliedReplicas ?? i.desiredReplicas);
-  if (i.paused) {
-    set({
-      type: 'Progressing',
-      status: 'False',
-      reason: 'Paused',
-      message: `Rollouts hold while paused; revision ${i.updateRevision ?? '?'} is next.`,
-    });
-  } else if (!d) {
-    set({
-      type: 'Progressing',
-      status: 'True',
-      reason: 'Creating',
-      message: 'The worker Deployment is being created.',
-    });
-  } else if (rolledOut) {
-    set({
-      type: 'Progressing',
-      status: 'False',
-      reason: 'RolloutComplete',
-      message: `Revision ${i.updateRevision ?? '?'} runs on all ${d.replicas} replicas.`,
-    });
-  } else {
-    set({
-      type: 'Progressing',
-      status: 'True',
-      reason: 'RollingOut',
-      message: `Revision ${i.updateRevision ?? '?'}: ${d.updatedReplicas} of ${i.desiredReplicas} replicas updated, ${d.readyReplicas} ready.`,
-    });
-  }
-
-  if (i.problems.length && !(d && d.availableReplicas > 0)) {
-    // Nothing runs and nothing can start until a person fixes it: not "scaled to zero".
-    set({
-      type: 'Available',
-      status: 'False',
-      reason: i.problems[0]!.reason,
-      message: `No worker can run: ${i.problems.map((p) => p.message).join(' ')}`,
-    });
-  } else if (i.paused) {
-    set({
-      type: 'Available',
-      status: 'False',
-      reason: 'Paused',
-      message: 'Paused: nothing consumes; messages wait in the queue.',
-    });
-  } else if (i.desiredReplicas === 0) {
-    set({
-      type: 'Available',
-      status: 'True',
-      reason: 'ScaledToZero',
-      message: 'No replicas are wanted; messages wait in the queue.',
-    });
-  } else if (d && d.availableReplicas > 0) {
-    set({
-      type: 'Available',
-      status: 'True',
-      reason: 'MinimumReplicasAvailable',
-      message: `${d.availableReplicas} of ${i.desiredReplicas} replicas are available.`,
-    });
-  } else {
-    set({
-      type: 'Available',
-      status: 'False',
-      reason: 'NoReplicasAvailable',
-      message: 'No worker replica is ready to consume.',
-    });
-  }
-
-  if (i.paused) {
-    set({
-      type: 'ScalingActive',
-      status: 'False',
-      reason: 'Paused',
-      message: 'Scaling holds while paused.',
-    });
-  } else if (i.scaling) {
-    set(
-      i.scaling.signalOk
-        ? {
-            type: 'ScalingActive',
-            status: 'True',
-            reason: 'QueueAgeRead',
-            message: 'Replicas follow the age of the oldest waiting message.',
-          }
-        : {
-            type: 'ScalingActive',
-            status: 'False',
-            reason: 'SignalMissing',
-            message: i.scaling.message,
-          },
-    );
-  }
-
-  if (i.scaling) set(ageObjectiveCondition(i.scaling));
-  if (i.scaling?.ageSource) set(ageMeasuredCondition(i.scaling));
-  if (i.deadLetters) set(deadLetterCondition(i.deadLetters, i.now));
-
-  if (i.rollout?.progressing) set(i.rollout.progressing);
-  for (const c of i.rollout?.conditions ?? []) set(c);
-
-  // The defaults, in one place: a planned rollout that says nothing of a
-  // condition clears it (a drain keeps its own while it lasts); without a plan
-  // (a broken spec) what was recorded stays, and only a missing one is added.
-  const says = (type: string) => (i.rollout?.conditions ?? []).some((c) => c.type === type);
-  const absent = (type: string) => !conditions.some((c) => c.type === type);
-  if (!says('RolloutBlocked') && (i.rollout || absent('RolloutBlocked'))) {
-    set({
-      type: 'RolloutBlocked',
-      status: 'False',
-      reason: 'Compatible',
-      message: 'No incompatible change is pending.',
-    });
-  }
-  if (!says('Draining') && ((i.rollout && !i.rollout.rollingBack) || absent('Draining'))) {
-    set({
-      type: 'Draining',
-      status: 'False',
-      reason: 'NotDraining',
-      message: 'No drain is in progress.',
-    });
-  }
-
   const status: JobWorkerStatus = {
     ...prev,
     observedGeneration: i.generation,
@@ -366,53 +197,268 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     currentRevision: rolledOut ? i.updateRevision : (prev.currentRevision ?? undefined),
     history: i.history,
     conditions,
+    ...(i.scaling && scalingFields(i.scaling)),
+    ...(i.scaleDown && { lastScaleDown: lastScaleDown(prev.lastScaleDown, i.scaleDown, i.now) }),
+    ...(i.deadLetters?.stats && { deadLetters: deadLettersField(i.deadLetters) }),
+    ...(i.rollout && {
+      rollout: i.rollout.rollout,
+      lastRollback: i.rollout.lastRollback,
+      analysis: i.rollout.analysis,
+      abortedRevision: i.rollout.abortedRevision,
+      cohort: i.rollout.cohort,
+      lastCohort: i.rollout.lastCohort,
+    }),
+    phase: phaseOf(conditions, i.rollout?.rollingBack),
   };
-  if (i.scaling) {
-    status.scaling = {
-      limitedBy: i.scaling.limitedBy,
-      message: i.scaling.message,
-      ...(i.scaling.throttling && { throttling: true }),
-    };
-    if (i.scaling.oldestAgeSeconds !== undefined) {
-      status.oldestMessageAgeSeconds = coarse(i.scaling.oldestAgeSeconds);
-      status.oldestMessageAge = duration(status.oldestMessageAgeSeconds);
-    }
-    if (i.scaling.queueDepth !== undefined) status.queueDepth = coarse(i.scaling.queueDepth);
-    if (i.scaling.ageSource) status.ageSource = i.scaling.ageSource;
-    if (i.scaling.capacityPerReplica !== undefined && i.scaling.capacitySource) {
-      // two significant figures, fractions too (a replica of 30 s jobs does 0.27/s)
-      status.capacityPerReplica = Number(i.scaling.capacityPerReplica.toPrecision(2));
-      status.capacitySource = i.scaling.capacitySource;
-    }
-  }
-  // The last scale-down stays until the next one. Reconciles that run before the
-  // watch shows the lowered Deployment plan the same one again: it keeps its time.
-  const last = prev.lastScaleDown;
-  const same =
-    last?.from === i.scaleDown?.from &&
-    last?.to === i.scaleDown?.to &&
-    i.now.getTime() - Date.parse(last?.time ?? '') < 60_000;
-  if (i.scaleDown)
-    status.lastScaleDown = same && last ? last : { time: iso(i.now), ...i.scaleDown };
-  else if (last) status.lastScaleDown = last;
-  if (i.deadLetters?.stats) {
-    const oldest = i.deadLetters.stats.oldestAt;
-    status.deadLetters = {
-      quarantined: i.deadLetters.stats.quarantined,
-      owner: i.deadLetters.owner,
-      ...(oldest ? { oldestDeadLetteredAt: iso(oldest) } : {}),
-    };
-  }
-  if (i.rollout) {
-    status.rollout = i.rollout.rollout;
-    status.lastRollback = i.rollout.lastRollback;
-    status.analysis = i.rollout.analysis;
-    status.abortedRevision = i.rollout.abortedRevision;
-    status.cohort = i.rollout.cohort;
-    status.lastCohort = i.rollout.lastCohort;
-  }
-  status.phase = phaseOf(conditions, i.rollout?.rollingBack);
   return dropUndefined(status);
+}
+
+/**
+ * Rolled out: the Deployment runs the revision being moved to. A rollback
+ * drains the old revision at 0 replicas first: that is not the new one
+ * running; nor is a paused fleet's revision at 0 (its rollout holds).
+ */
+function isRolledOut(i: StatusInput): boolean {
+  const d = i.deployment;
+  return (
+    !i.paused &&
+    !!d &&
+    d.revision === i.updateRevision &&
+    d.observedGeneration >= d.generation &&
+    d.updatedReplicas >= d.replicas &&
+    d.readyReplicas >= d.replicas &&
+    d.replicas === (i.appliedReplicas ?? i.desiredReplicas)
+  );
+}
+
+/** Every condition this reconcile sets, in order: a later one of a type replaces an earlier one. */
+function conditionsOf(
+  i: StatusInput,
+  rolledOut: boolean,
+  recorded: readonly Condition[],
+): ConditionInput[] {
+  const optional = (c: ConditionInput | undefined) => (c ? [c] : []);
+  return [
+    degradedCondition(i),
+    ...optional(i.workers),
+    pausedCondition(i),
+    progressingCondition(i, rolledOut),
+    availableCondition(i),
+    ...optional(scalingActiveCondition(i)),
+    ...optional(i.scaling && ageObjectiveCondition(i.scaling)),
+    ...optional(i.scaling?.ageSource ? ageMeasuredCondition(i.scaling) : undefined),
+    ...optional(i.deadLetters && deadLetterCondition(i.deadLetters, i.now)),
+    ...optional(i.rollout?.progressing),
+    ...(i.rollout?.conditions ?? []),
+    ...rolloutDefaults(i, recorded),
+  ];
+}
+
+function degradedCondition(i: StatusInput): ConditionInput {
+  if (i.problems.length)
+    return {
+      type: 'Degraded',
+      status: 'True',
+      reason: i.problems[0]!.reason,
+      message: i.problems.map((p) => p.message).join(' '),
+    };
+  if (i.rollout?.degraded) return i.rollout.degraded;
+  if (i.workers?.status === 'False')
+    return {
+      type: 'Degraded',
+      status: 'True',
+      reason: i.workers.reason,
+      message: i.workers.message,
+    };
+  return {
+    type: 'Degraded',
+    status: 'False',
+    reason: 'AsExpected',
+    message: 'The spec is valid and its Secrets are in place.',
+  };
+}
+
+function pausedCondition(i: StatusInput): ConditionInput {
+  return i.paused
+    ? {
+        type: 'Paused',
+        status: 'True',
+        reason: 'PausedByUser',
+        message: `Paused by ${i.paused.by}: ${i.paused.reason}. 0 replicas held (${i.deployment?.readyReplicas ?? 0} still ready, draining); ${i.desiredReplicas} restored on resume: kubectl jobworker resume NAME --reason ….`,
+      }
+    : {
+        type: 'Paused',
+        status: 'False',
+        reason: 'NotPaused',
+        message: 'Replicas follow the scaler.',
+      };
+}
+
+function progressingCondition(i: StatusInput, rolledOut: boolean): ConditionInput {
+  const d = i.deployment;
+  const revision = i.updateRevision ?? '?';
+  if (i.paused)
+    return {
+      type: 'Progressing',
+      status: 'False',
+      reason: 'Paused',
+      message: `Rollouts hold while paused; revision ${revision} is next.`,
+    };
+  if (!d)
+    return {
+      type: 'Progressing',
+      status: 'True',
+      reason: 'Creating',
+      message: 'The worker Deployment is being created.',
+    };
+  if (rolledOut)
+    return {
+      type: 'Progressing',
+      status: 'False',
+      reason: 'RolloutComplete',
+      message: `Revision ${revision} runs on all ${d.replicas} replicas.`,
+    };
+  return {
+    type: 'Progressing',
+    status: 'True',
+    reason: 'RollingOut',
+    message: `Revision ${revision}: ${d.updatedReplicas} of ${i.desiredReplicas} replicas updated, ${d.readyReplicas} ready.`,
+  };
+}
+
+function availableCondition(i: StatusInput): ConditionInput {
+  const available = i.deployment?.availableReplicas ?? 0;
+  if (i.problems.length && available === 0)
+    // Nothing runs and nothing can start until a person fixes it: not "scaled to zero".
+    return {
+      type: 'Available',
+      status: 'False',
+      reason: i.problems[0]!.reason,
+      message: `No worker can run: ${i.problems.map((p) => p.message).join(' ')}`,
+    };
+  if (i.paused)
+    return {
+      type: 'Available',
+      status: 'False',
+      reason: 'Paused',
+      message: 'Paused: nothing consumes; messages wait in the queue.',
+    };
+  if (i.desiredReplicas === 0)
+    return {
+      type: 'Available',
+      status: 'True',
+      reason: 'ScaledToZero',
+      message: 'No replicas are wanted; messages wait in the queue.',
+    };
+  if (available > 0)
+    return {
+      type: 'Available',
+      status: 'True',
+      reason: 'MinimumReplicasAvailable',
+      message: `${available} of ${i.desiredReplicas} replicas are available.`,
+    };
+  return {
+    type: 'Available',
+    status: 'False',
+    reason: 'NoReplicasAvailable',
+    message: 'No worker replica is ready to consume.',
+  };
+}
+
+function scalingActiveCondition(i: StatusInput): ConditionInput | undefined {
+  if (i.paused)
+    return {
+      type: 'ScalingActive',
+      status: 'False',
+      reason: 'Paused',
+      message: 'Scaling holds while paused.',
+    };
+  if (!i.scaling) return undefined;
+  return i.scaling.signalOk
+    ? {
+        type: 'ScalingActive',
+        status: 'True',
+        reason: 'QueueAgeRead',
+        message: 'Replicas follow the age of the oldest waiting message.',
+      }
+    : {
+        type: 'ScalingActive',
+        status: 'False',
+        reason: 'SignalMissing',
+        message: i.scaling.message,
+      };
+}
+
+/**
+ * The defaults, in one place: a planned rollout that says nothing of a
+ * condition clears it (a drain keeps its own while it lasts); without a plan
+ * (a broken spec) what was recorded stays, and only a missing one is added.
+ */
+function rolloutDefaults(i: StatusInput, recorded: readonly Condition[]): ConditionInput[] {
+  const says = (type: string) => (i.rollout?.conditions ?? []).some((c) => c.type === type);
+  const absent = (type: string) => !recorded.some((c) => c.type === type);
+  const out: ConditionInput[] = [];
+  if (!says('RolloutBlocked') && (i.rollout || absent('RolloutBlocked')))
+    out.push({
+      type: 'RolloutBlocked',
+      status: 'False',
+      reason: 'Compatible',
+      message: 'No incompatible change is pending.',
+    });
+  if (!says('Draining') && ((i.rollout && !i.rollout.rollingBack) || absent('Draining')))
+    out.push({
+      type: 'Draining',
+      status: 'False',
+      reason: 'NotDraining',
+      message: 'No drain is in progress.',
+    });
+  return out;
+}
+
+/** What status shows of the scaling decision; a figure not read this time keeps its last value. */
+function scalingFields(s: NonNullable<StatusInput['scaling']>): Partial<JobWorkerStatus> {
+  const age = s.oldestAgeSeconds === undefined ? undefined : coarse(s.oldestAgeSeconds);
+  return {
+    scaling: {
+      limitedBy: s.limitedBy,
+      message: s.message,
+      ...(s.throttling && { throttling: true }),
+    },
+    ...(age !== undefined && { oldestMessageAgeSeconds: age, oldestMessageAge: duration(age) }),
+    ...(s.queueDepth !== undefined && { queueDepth: coarse(s.queueDepth) }),
+    ...(s.ageSource && { ageSource: s.ageSource }),
+    // two significant figures, fractions too (a replica of 30 s jobs does 0.27/s)
+    ...(s.capacityPerReplica !== undefined &&
+      s.capacitySource && {
+        capacityPerReplica: Number(s.capacityPerReplica.toPrecision(2)),
+        capacitySource: s.capacitySource,
+      }),
+  };
+}
+
+/**
+ * The last scale-down stays until the next one. Reconciles that run before
+ * the watch shows the lowered Deployment plan the same one again: it keeps its time.
+ */
+function lastScaleDown(
+  last: JobWorkerStatus['lastScaleDown'],
+  now: NonNullable<StatusInput['scaleDown']>,
+  at: Date,
+): NonNullable<JobWorkerStatus['lastScaleDown']> {
+  const same =
+    last?.from === now.from &&
+    last?.to === now.to &&
+    at.getTime() - Date.parse(last?.time ?? '') < 60_000;
+  return same && last ? last : { time: iso(at), ...now };
+}
+
+function deadLettersField(dl: DeadLetterInput): JobWorkerStatus['deadLetters'] {
+  const oldest = dl.stats!.oldestAt;
+  return {
+    quarantined: dl.stats!.quarantined,
+    owner: dl.owner,
+    ...(oldest ? { oldestDeadLetteredAt: iso(oldest) } : {}),
+  };
 }
 
 function dropUndefined<T extends object>(o: T): T {
