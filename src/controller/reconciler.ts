@@ -15,6 +15,7 @@ import type { Observation } from '../reconcile/observation.js';
 import {
   planJobWorker,
   type Plan,
+  type PlanEvent,
   type PlanAnswers,
   type ScalingMemory,
 } from '../reconcile/plan.js';
@@ -141,7 +142,9 @@ export class JobWorkerReconciler {
   /**
    * Children, then status, then events. A failed child apply still records
    * what the plan reached (the status write is deferred, not skipped), and
-   * events go out only for a change that was written.
+   * events go out only for a change that was written: one announcing the
+   * Deployment (a scale, a new template, a drain) only once the Deployment
+   * is as planned.
    */
   private async apply(obs: Observation, plan: Plan): Promise<ProcessResult> {
     const { raw } = obs;
@@ -150,6 +153,8 @@ export class JobWorkerReconciler {
     let applyError: Error | undefined;
     let created = false;
     let deploymentWritten = false;
+    // the stable Deployment is as the plan has it (written now, or already so)
+    let deploymentAsPlanned = false;
     try {
       // A revision's spec is recorded before its first pod can start.
       for (const record of plan.records) await this.record(raw, record);
@@ -167,6 +172,7 @@ export class JobWorkerReconciler {
         const applied = await this.ensure(deployment, obs.deployment, fresh);
         created = fresh && applied !== undefined;
         deploymentWritten = applied !== undefined;
+        deploymentAsPlanned = true;
       }
       for (const child of plan.children) {
         if (child === deployment) continue;
@@ -216,7 +222,10 @@ export class JobWorkerReconciler {
     if (plan.scaleDownHeld !== undefined && deploymentWritten)
       this.d.metrics.scaleDownHeld.inc({ namespace, jobworker: name }, plan.scaleDownHeld);
     if (created && plan.createdEvent) await this.emit(target, plan.createdEvent);
-    if (changed) for (const e of plan.events) await this.emit(target, e);
+    // An event that announces a Deployment write the apiserver refused is not sent.
+    if (changed)
+      for (const e of plan.events)
+        if (e.of !== 'Deployment' || deploymentAsPlanned) await this.emit(target, e);
 
     if (applyError) throw applyError;
     if (obs.problems.length) throw new NeedsAttention(obs.problems.map((p) => p.message).join(' '));
@@ -228,10 +237,7 @@ export class JobWorkerReconciler {
     return this.verified.has(`Deployment/${namespace}/${name}`);
   }
 
-  private emit(
-    target: EventTarget,
-    e: { type: 'Normal' | 'Warning'; reason: string; message: string },
-  ): Promise<void> {
+  private emit(target: EventTarget, e: PlanEvent): Promise<void> {
     return this.d.events.emit(target, e.type, e.reason, e.message);
   }
 

@@ -7,6 +7,7 @@
 // consuming. The fleet's total stays the scaler's (capped by the downstream
 // budget): the cohort is a share of it, never extra load. Its state is in
 // status.cohort, so an operator restart resumes at the same step.
+import type { PlanEvent } from './events.js';
 import type {
   CohortChecks,
   CohortStep,
@@ -141,7 +142,7 @@ export interface CohortOutput {
   /** the stable Deployment: its replicas, and whether it now runs the new revision */
   stable: { replicas: number; promoted: boolean };
   memory?: FiguresMemory;
-  events: Array<{ type: 'Normal' | 'Warning'; reason: string; message: string }>;
+  events: PlanEvent[];
   progressing: ConditionInput;
   requeueMs: number;
 }

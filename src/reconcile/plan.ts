@@ -7,6 +7,7 @@ import type { JobWorker, JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import type { Observation } from './observation.js';
 import type { ConditionInput } from './conditions.js';
+import type { PlanEvent } from './events.js';
 import type { FiguresMemory } from './cohort-figures.js';
 import {
   cohortDeploymentName,
@@ -53,11 +54,7 @@ export interface ScalingMemory {
   cohort?: FiguresMemory;
 }
 
-export interface PlanEvent {
-  type: 'Normal' | 'Warning';
-  reason: string;
-  message: string;
-}
+export type { PlanEvent } from './events.js';
 
 export interface ScalingOutcome {
   desired: number;
@@ -423,6 +420,7 @@ function rolloutEvents(
   if (deployment && revisionChanged && !plan.status.rollingBack && !previous?.cohort)
     events.push({
       type: 'Normal',
+      of: 'Deployment',
       reason: 'RevisionChanged',
       message: `Rolling to revision ${plan.targetRevision}${plan.deploySpec ? ` (${plan.deploySpec.image})` : ''}.`,
     });
@@ -430,6 +428,7 @@ function rolloutEvents(
   if (deployment && scaling && !plan.scaleToZero && !r.paused && desiredReplicas !== current)
     events.push({
       type: 'Normal',
+      of: 'Deployment',
       reason: desiredReplicas > current ? 'ScaledUp' : 'ScaledDown',
       message: `Scaled from ${current} to ${desiredReplicas} replicas. ${scaling.message}${removal ? ` ${removedWords(removal)}` : ''}`,
     });

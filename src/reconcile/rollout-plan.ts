@@ -6,6 +6,7 @@
 // matter only in some states (a revision's pods, the schema versions seen in
 // the queue, the queued total for an override): when it needs one it has not
 // been given, it says so (`need`), and the caller reads it and plans again.
+import type { PlanEvent } from './events.js';
 import { checksOf, parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import type { ConditionInput } from './conditions.js';
@@ -113,7 +114,7 @@ export interface RolloutPlan {
   cohortMemory?: FiguresMemory;
   status: RolloutStatus;
   requeueMs?: number;
-  events: Array<{ type: 'Normal' | 'Warning'; reason: string; message: string }>;
+  events: PlanEvent[];
   blocked: boolean;
 }
 
@@ -175,8 +176,6 @@ function onlyRevision(d: KubeObject | undefined, revision: string): boolean {
     (st.updatedReplicas ?? 0) >= (st.replicas ?? 0)
   );
 }
-
-type PlanEvent = RolloutPlan['events'][number];
 
 /**
  * A rollout reconcile as phases, each a function of explicit records:

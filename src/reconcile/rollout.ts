@@ -5,6 +5,7 @@
 // the same step.
 import type { JobWorkerStatus } from '../api/jobworker.js';
 import type { ConditionInput } from './conditions.js';
+import type { PlanEvent } from './events.js';
 
 export type RolloutState = NonNullable<JobWorkerStatus['rollout']>;
 export type AnalysisState = NonNullable<JobWorkerStatus['analysis']>;
@@ -163,7 +164,7 @@ export interface StepOutput {
   finished?: LastRollback;
   conditions: ConditionInput[];
   requeueMs?: number;
-  event?: { type: 'Normal' | 'Warning'; reason: string; message: string };
+  event?: PlanEvent;
 }
 
 export const iso = (d: Date) => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
@@ -203,6 +204,7 @@ function startStep(i: StepInput): StepOutput {
     requeueMs: 1000,
     event: {
       type: i.trigger === 'AutoRollback' ? 'Warning' : 'Normal',
+      of: 'Deployment',
       reason: 'RollbackStarted',
       message: `Rolling back from revision ${state.from} to ${state.to}${i.triggerReason ? ` (${i.triggerReason})` : ''}: draining revision ${state.from} first, deadline ${state.drainDeadline}.`,
     },
@@ -238,6 +240,7 @@ function drainStep(i: StepInput, s: RolloutState): StepOutput {
     requeueMs: 1000,
     event: {
       type: gone ? 'Normal' : 'Warning',
+      of: 'Deployment',
       reason: 'Drained',
       message: `Revision ${s.from} ${gone ? 'stopped consuming: its pods are gone' : `reached its drain deadline with ${i.oldPods ?? '?'} pods left`}; starting revision ${s.to}.`,
     },

@@ -3,10 +3,11 @@
 // to the downstream cap, an emptied queue lowers them at once, an unreadable
 // signal holds them, and the per-replica capacity comes from real workers'
 // own figures.
+import * as k8s from '@kubernetes/client-node';
 import amqp from 'amqplib';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { KubeClient, type KubeObject } from '../../src/kube/client.js';
+import { KubeClient, resourcePath, type KubeObject } from '../../src/kube/client.js';
 import { startOperator, type Operator } from '../../src/operator.js';
 import { publish } from '../../worker/index.js';
 import { eventually } from '../ground/eventually.js';
@@ -312,6 +313,102 @@ describe('scaling on the age of the oldest message', () => {
     );
     expect(j.status.scaling.limitedBy).toBeDefined();
     expect(j.status.oldestMessageAgeSeconds).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe('a Deployment write the apiserver refuses', () => {
+  it('is not announced: no ScaledUp event for replicas that were never written, while status keeps what the scaler wants', async () => {
+    await secrets();
+    await backlog('mail.refused', 0, 0);
+    await jobWorker('mail.refused', { minReplicas: 1, maxReplicas: 6, targetOldestAgeSeconds: 10 });
+    await eventually('the Deployment at 1 replica', async () =>
+      (await replicas()) === 1 ? true : undefined,
+    );
+    // An admission policy (as a platform team might set one) refuses more than one replica here.
+    const adm = ns.kc.makeApiClient(k8s.AdmissionregistrationV1Api);
+    const name = `jf-one-replica-${ns.namespace}`;
+    await adm.createValidatingAdmissionPolicy({
+      body: {
+        metadata: { name },
+        spec: {
+          failurePolicy: 'Fail',
+          matchConstraints: {
+            resourceRules: [
+              {
+                apiGroups: ['apps'],
+                apiVersions: ['v1'],
+                operations: ['CREATE', 'UPDATE'],
+                resources: ['deployments'],
+              },
+            ],
+          },
+          validations: [
+            { expression: 'object.spec.replicas <= 1', message: 'one replica in this namespace' },
+          ],
+        },
+      },
+    });
+    cleanups.push(async () => {
+      await adm.deleteValidatingAdmissionPolicyBinding({ name }).catch(() => undefined);
+      await adm.deleteValidatingAdmissionPolicy({ name }).catch(() => undefined);
+    });
+    await adm.createValidatingAdmissionPolicyBinding({
+      body: {
+        metadata: { name },
+        spec: {
+          policyName: name,
+          validationActions: ['Deny'],
+          matchResources: {
+            namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns.namespace } },
+          },
+        },
+      },
+    });
+    await eventually('the policy in force', async () =>
+      client
+        .request(
+          'PATCH',
+          `${resourcePath('apps/v1', 'Deployment', ns.namespace, 'mailer')}?dryRun=All`,
+          { spec: { replicas: 2 } },
+          'application/merge-patch+json',
+        )
+        .then(
+          () => undefined,
+          () => true,
+        ),
+    );
+    // A late backlog: the scaler wants more replicas than the policy lets the Deployment have.
+    await backlog('mail.refused', 200, 40);
+    const wanting = await eventually(
+      'the scaler wanting more than one replica',
+      async () => {
+        const j = await jw();
+        return (j.status?.desiredReplicas ?? 0) > 1 ? j : undefined;
+      },
+      30_000,
+    );
+    expect(wanting.status.conditions.find((c: any) => c.type === 'AgeObjectiveMet')).toMatchObject({
+      status: 'False',
+    });
+    // Three reconciles refused by the apiserver later, still nothing announced.
+    await eventually(
+      'three refused reconciles',
+      async () => {
+        const text = await (await fetch(`http://127.0.0.1:${op!.port}/metrics`)).text();
+        const errors = new RegExp(
+          `jobfleet_reconcile_errors_total\\{[^}]*jobworker="mailer"[^}]*\\} (\\d+)`,
+        ).exec(text);
+        return Number(errors?.[1] ?? 0) >= 3 ? true : undefined;
+      },
+      60_000,
+    );
+    expect(await replicas()).toBe(1);
+    const events = await client.list<KubeObject & { reason: string; message: string }>(
+      'v1',
+      'Event',
+      ns.namespace,
+    );
+    expect(events.items.filter((e) => e.reason === 'ScaledUp').map((e) => e.message)).toEqual([]);
   });
 });
 
