@@ -2,6 +2,7 @@
 // a JobWorker's dead letters — `kubectl apply` it, watch its status. Like the
 // JobWorker, the zod schema is the source of truth for the CRD.
 import { z } from 'zod';
+import { parseWith, type Parsed } from './parse.js';
 import { FAILURE_CLASSES } from '../../worker/envelope.js';
 
 export const REPLAY_KIND = 'JobReplay';
@@ -136,13 +137,6 @@ export const jobReplayStatus = z
   .describe('The replay’s progress, written as it goes');
 export type JobReplayStatus = z.infer<typeof jobReplayStatus>;
 
-export function parseReplaySpec(
-  raw: unknown,
-): { ok: true; spec: JobReplaySpec } | { ok: false; problems: string[] } {
-  const r = jobReplaySpec.safeParse(raw);
-  if (r.success) return { ok: true, spec: r.data };
-  return {
-    ok: false,
-    problems: r.error.issues.map((i) => `spec.${i.path.join('.')}: ${i.message}`),
-  };
+export function parseReplaySpec(raw: unknown): Parsed<JobReplaySpec> {
+  return parseWith(jobReplaySpec, raw);
 }

@@ -3,6 +3,7 @@
 // OpenAPI schema is generated from it (src/api/crd.ts), so the two cannot
 // drift. Field names are public API: add, never rename.
 import { z } from 'zod';
+import { parseWith, type Parsed } from './parse.js';
 
 export const GROUP = 'jobfleet.dev';
 export const VERSION = 'v1alpha1';
@@ -868,13 +869,6 @@ export interface JobWorker {
 }
 
 /** Parses a spec as read from the apiserver; the error names each field and what is wrong. */
-export function parseSpec(
-  raw: unknown,
-): { ok: true; spec: JobWorkerSpec } | { ok: false; problems: string[] } {
-  const r = jobWorkerSpec.safeParse(raw);
-  if (r.success) return { ok: true, spec: r.data };
-  return {
-    ok: false,
-    problems: r.error.issues.map((i) => `spec.${i.path.join('.')}: ${i.message}`),
-  };
+export function parseSpec(raw: unknown): Parsed<JobWorkerSpec> {
+  return parseWith(jobWorkerSpec, raw);
 }
