@@ -13,10 +13,9 @@ import type { OperatorMetrics } from '../metrics.js';
 import { cohortDeploymentName, FIELD_MANAGER } from '../reconcile/desired.js';
 import type { Observation } from '../reconcile/observation.js';
 import {
-  planJobWorker,
+  planToCompletionAsync,
   type Plan,
   type PlanEvent,
-  type PlanAnswers,
   type ScalingMemory,
 } from '../reconcile/plan.js';
 import { DELETION_COST } from '../reconcile/scale-down.js';
@@ -25,9 +24,6 @@ import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { Observer, type ObjectCache } from './observe.js';
 import { answerNeed } from './plan-reads.js';
 import type { ProcessResult } from './workqueue.js';
-
-/** Every need answered at most once: a plan asks for a few things, never in a loop. */
-const MAX_PLAN_ROUNDS = 8;
 
 /** A problem a person must fix; reported in status and retried with backoff. */
 export class NeedsAttention extends Error {
@@ -115,28 +111,23 @@ export class JobWorkerReconciler {
 
   /** The pure plan, with the reads it asks for answered. */
   private async plan(obs: Observation, key: string): Promise<Plan> {
-    const answers: PlanAnswers = {};
-    const now = this.now();
-    for (let round = 0; round < MAX_PLAN_ROUNDS; round++) {
-      const p = planJobWorker({
+    const p = await planToCompletionAsync(
+      {
         obs,
         memory: this.scaling.get(key),
-        now,
+        now: this.now(),
         pollMs: this.pollMs,
         deadLetterReadMs: this.deadLetterReadMs,
-        answers,
-      });
-      if (!('need' in p)) {
-        if (p.memory) this.scaling.set(key, p.memory);
-        return p;
-      }
-      await answerNeed(p.need, answers, obs, {
-        client: this.d.client,
-        log: this.d.log,
-        prometheusUrl: this.d.prometheusUrl,
-      });
-    }
-    throw new Error('the planner kept asking for observations (a bug): giving up this reconcile');
+      },
+      (need, answers) =>
+        answerNeed(need, answers, obs, {
+          client: this.d.client,
+          log: this.d.log,
+          prometheusUrl: this.d.prometheusUrl,
+        }),
+    );
+    if (p.memory) this.scaling.set(key, p.memory);
+    return p;
   }
 
   /**

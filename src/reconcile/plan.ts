@@ -118,7 +118,50 @@ export type PlanAnswers = RolloutAnswers & {
   podLoad?: PodLoad[] | undefined;
 };
 
-export function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
+/** Every need answered at most once: a plan asks for a few things, never in a loop. */
+export const MAX_PLAN_ROUNDS = 8;
+
+/**
+ * The plan, once each read it asks for is answered: `answer` fills `answers`
+ * for the need (the reconciler reads the cluster and the queue; the sequence
+ * tests read their simulated world). The one loop of plan and read.
+ */
+export function planToCompletion(
+  input: Omit<PlanInput, 'answers'>,
+  answer: (need: PlanNeed, answers: PlanAnswers) => void,
+): Plan {
+  const rounds = planRounds(input);
+  for (let r = rounds.next(); ; r = rounds.next()) {
+    if (r.done) return r.value;
+    answer(r.value.need, r.value.answers);
+  }
+}
+
+/** planToCompletion, for answers that take I/O. */
+export async function planToCompletionAsync(
+  input: Omit<PlanInput, 'answers'>,
+  answer: (need: PlanNeed, answers: PlanAnswers) => Promise<void>,
+): Promise<Plan> {
+  const rounds = planRounds(input);
+  for (let r = rounds.next(); ; r = rounds.next()) {
+    if (r.done) return r.value;
+    await answer(r.value.need, r.value.answers);
+  }
+}
+
+function* planRounds(
+  input: Omit<PlanInput, 'answers'>,
+): Generator<{ need: PlanNeed; answers: PlanAnswers }, Plan, void> {
+  const answers: PlanAnswers = {};
+  for (let round = 0; round < MAX_PLAN_ROUNDS; round++) {
+    const p = planJobWorker({ ...input, answers });
+    if (!('need' in p)) return p;
+    yield { need: p.need, answers };
+  }
+  throw new Error('the planner kept asking for observations (a bug): giving up this reconcile');
+}
+
+function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   const { obs, now } = i;
   const r = replicasPhase(i);
   const fleet =

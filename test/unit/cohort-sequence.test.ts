@@ -27,12 +27,7 @@ import {
 import { cohortDeploymentName, revisionOf } from '../../src/reconcile/desired.js';
 import { prng } from '../ground/prng.js';
 import type { Observation } from '../../src/reconcile/observation.js';
-import {
-  planJobWorker,
-  type Plan,
-  type PlanAnswers,
-  type ScalingMemory,
-} from '../../src/reconcile/plan.js';
+import { planToCompletion, type Plan, type ScalingMemory } from '../../src/reconcile/plan.js';
 
 const TOTAL = 4;
 const PREFETCH = 8;
@@ -187,45 +182,38 @@ class World {
     if (this.operatorDown(this.t)) return undefined;
     const now = new Date(Date.UTC(2026, 11, 1) + this.t * 1000);
     const obs = this.observe(now);
-    const answers: PlanAnswers = {};
-    let plan: Plan | undefined;
-    for (let round = 0; round < 8 && !plan; round++) {
-      const r = planJobWorker({
-        obs,
-        memory: this.memory,
-        now,
-        pollMs: 10_000,
-        deadLetterReadMs: 30_000,
-        answers,
-      });
-      if (!('need' in r)) plan = r;
-      else if (r.need.kind === 'pods') {
-        const rev = r.need.revision;
-        answers.pods = {
-          ...answers.pods,
-          [rev]: this.pods.filter((p) => p.revision === rev).map((p) => ({ restarts: p.restarts })),
-        };
-      } else if (r.need.kind === 'cohortSamples')
-        answers.cohortSamples = this.pods.map((p) => ({
-          pod: p.name,
-          revision: p.revision,
-          createdAt: new Date(Date.UTC(2026, 11, 1) + p.createdAt * 1000).toISOString(),
-          restarts: p.restarts,
-          ...(p.ready || p.terminatingAt !== undefined
-            ? { counters: structuredClone(p.counters) }
-            : {}),
-        }));
-      else if (r.need.kind === 'seenVersions') answers.seenVersions = undefined;
-      else if (r.need.kind === 'queued') answers.queued = undefined;
-      else if (r.need.kind === 'revisionSpec')
-        answers.revisionSpecs = {
-          ...answers.revisionSpecs,
-          [r.need.revision]: this.records.get(r.need.revision),
-        };
-      else if (r.need.kind === 'workers') answers.workers = [];
-      else answers.podLoad = undefined;
-    }
-    if (!plan) throw new Error('the planner kept asking');
+    const plan = planToCompletion(
+      { obs, memory: this.memory, now, pollMs: 10_000, deadLetterReadMs: 30_000 },
+      (need, answers) => {
+        if (need.kind === 'pods') {
+          const rev = need.revision;
+          answers.pods = {
+            ...answers.pods,
+            [rev]: this.pods
+              .filter((p) => p.revision === rev)
+              .map((p) => ({ restarts: p.restarts })),
+          };
+        } else if (need.kind === 'cohortSamples')
+          answers.cohortSamples = this.pods.map((p) => ({
+            pod: p.name,
+            revision: p.revision,
+            createdAt: new Date(Date.UTC(2026, 11, 1) + p.createdAt * 1000).toISOString(),
+            restarts: p.restarts,
+            ...(p.ready || p.terminatingAt !== undefined
+              ? { counters: structuredClone(p.counters) }
+              : {}),
+          }));
+        else if (need.kind === 'seenVersions') answers.seenVersions = undefined;
+        else if (need.kind === 'queued') answers.queued = undefined;
+        else if (need.kind === 'revisionSpec')
+          answers.revisionSpecs = {
+            ...answers.revisionSpecs,
+            [need.revision]: this.records.get(need.revision),
+          };
+        else if (need.kind === 'workers') answers.workers = [];
+        else answers.podLoad = undefined;
+      },
+    );
     this.memory = plan.memory;
     for (const r of plan.records) {
       const rev = String((r as { revision?: number }).revision);

@@ -18,12 +18,7 @@ import { parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../../src/a
 import type { KubeObject } from '../../src/kube/client.js';
 import { deployedContract, revisionOf } from '../../src/reconcile/desired.js';
 import type { Observation } from '../../src/reconcile/observation.js';
-import {
-  planJobWorker,
-  type Plan,
-  type PlanAnswers,
-  type ScalingMemory,
-} from '../../src/reconcile/plan.js';
+import { planToCompletion, type ScalingMemory } from '../../src/reconcile/plan.js';
 
 import { gate, type Contract } from '../../src/reconcile/rollout.js';
 import { prng } from '../ground/prng.js';
@@ -174,34 +169,27 @@ class World {
   reconcile(): void {
     const now = new Date(Date.UTC(2026, 10, 30) + this.t * 1000);
     const obs = this.observe(now);
-    const answers: PlanAnswers = {};
-    let plan: Plan | undefined;
-    for (let round = 0; round < 6 && !plan; round++) {
-      const r = planJobWorker({
-        obs,
-        memory: this.memory,
-        now,
-        pollMs: 10_000,
-        deadLetterReadMs: 30_000,
-        answers,
-      });
-      if (!('need' in r)) plan = r;
-      else if (r.need.kind === 'pods') {
-        const rev = r.need.revision;
-        answers.pods = {
-          ...answers.pods,
-          [rev]: this.pods.filter((p) => p.revision === rev).map((p) => ({ restarts: p.restarts })),
-        };
-      } else if (r.need.kind === 'seenVersions') answers.seenVersions = undefined;
-      else if (r.need.kind === 'queued') answers.queued = undefined;
-      else if (r.need.kind === 'revisionSpec')
-        answers.revisionSpecs = {
-          ...answers.revisionSpecs,
-          [r.need.revision]: this.records.get(r.need.revision),
-        };
-      else answers.workers = [];
-    }
-    if (!plan) throw new Error('the planner kept asking');
+    const plan = planToCompletion(
+      { obs, memory: this.memory, now, pollMs: 10_000, deadLetterReadMs: 30_000 },
+      (need, answers) => {
+        if (need.kind === 'pods') {
+          const rev = need.revision;
+          answers.pods = {
+            ...answers.pods,
+            [rev]: this.pods
+              .filter((p) => p.revision === rev)
+              .map((p) => ({ restarts: p.restarts })),
+          };
+        } else if (need.kind === 'seenVersions') answers.seenVersions = undefined;
+        else if (need.kind === 'queued') answers.queued = undefined;
+        else if (need.kind === 'revisionSpec')
+          answers.revisionSpecs = {
+            ...answers.revisionSpecs,
+            [need.revision]: this.records.get(need.revision),
+          };
+        else answers.workers = [];
+      },
+    );
     this.memory = plan.memory;
     // ControllerRevisions: created once, never patched; pruned by name
     for (const r of plan.records) {

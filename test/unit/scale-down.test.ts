@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { parseSpec } from '../../src/api/jobworker.js';
 import type { KubeObject } from '../../src/kube/client.js';
 import type { Observation } from '../../src/reconcile/observation.js';
-import { planJobWorker, type Plan, type PlanAnswers } from '../../src/reconcile/plan.js';
+import { planToCompletion, type Plan } from '../../src/reconcile/plan.js';
 import { CHOSEN_COST, chooseRemovals, type PodLoad } from '../../src/reconcile/scale-down.js';
 
 const idle = (pod: string, cost?: string): PodLoad => ({
@@ -73,10 +73,9 @@ describe('the plan of a scale-down', () => {
 
   /** Plans once, answering what the plan asks; `podLoad` answers the scale-down's read. */
   function plan(obs: Observation, podLoad?: PodLoad[]): { plan: Plan; asked: string[] } {
-    const answers: PlanAnswers = {};
     const asked: string[] = [];
-    for (let round = 0; round < 8; round++) {
-      const r = planJobWorker({
+    const p = planToCompletion(
+      {
         obs,
         memory: {
           scaling: { recommendations: [{ at: NOW.getTime() - 400_000, replicas: 2 }] },
@@ -85,20 +84,20 @@ describe('the plan of a scale-down', () => {
         now: NOW,
         pollMs: 10_000,
         deadLetterReadMs: 30_000,
-        answers,
-      });
-      if (!('need' in r)) return { plan: r, asked };
-      asked.push(r.need.kind);
-      if (r.need.kind === 'podLoad') answers.podLoad = podLoad;
-      else if (r.need.kind === 'workers') answers.workers = [];
-      else if (r.need.kind === 'pods') answers.pods = { ...answers.pods, [r.need.revision]: [] };
-      else if (r.need.kind === 'seenVersions') answers.seenVersions = undefined;
-      else if (r.need.kind === 'queued') answers.queued = undefined;
-      else if (r.need.kind === 'revisionSpec')
-        answers.revisionSpecs = { ...answers.revisionSpecs, [r.need.revision]: undefined };
-      else answers.cohortSamples = [];
-    }
-    throw new Error('the planner kept asking');
+      },
+      (need, answers) => {
+        asked.push(need.kind);
+        if (need.kind === 'podLoad') answers.podLoad = podLoad;
+        else if (need.kind === 'workers') answers.workers = [];
+        else if (need.kind === 'pods') answers.pods = { ...answers.pods, [need.revision]: [] };
+        else if (need.kind === 'seenVersions') answers.seenVersions = undefined;
+        else if (need.kind === 'queued') answers.queued = undefined;
+        else if (need.kind === 'revisionSpec')
+          answers.revisionSpecs = { ...answers.revisionSpecs, [need.revision]: undefined };
+        else answers.cohortSamples = [];
+      },
+    );
+    return { plan: p, asked };
   }
 
   /** A JobWorker whose fleet of `live` replicas is settled, and an empty queue. */
