@@ -11,7 +11,7 @@
 //   3. an abort drains the cohort first: the stable revision's pods keep
 //      consuming throughout, and the cohort's are gone by the drain deadline;
 //   4. an operator restart mid-step (its memory lost) ends the same way.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { parseSpec, type JobWorkerStatus } from '../../src/api/jobworker.js';
 import type { KubeObject } from '../../src/kube/client.js';
 import {
@@ -95,6 +95,15 @@ function specJson(
   };
 }
 
+/**
+ * Every World a test made, checked after the test: the invariants hold at
+ * every simulated second of every sequence, whether or not the test looks.
+ */
+const worlds: World[] = [];
+afterEach(() => {
+  for (const w of worlds.splice(0)) expect(w.violations, 'invariants broken').toEqual([]);
+});
+
 class World {
   t = 0;
   generation = 1;
@@ -117,7 +126,9 @@ class World {
   constructor(
     public spec: Record<string, unknown>,
     readonly behaviour: Record<string, Behaviour> = {},
-  ) {}
+  ) {
+    worlds.push(this);
+  }
 
   edit(spec: Record<string, unknown>): void {
     this.spec = spec;

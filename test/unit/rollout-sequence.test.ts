@@ -13,7 +13,7 @@
 //      revision whose pods run, and a Healthy phase means nothing pending;
 //   5. an operator restart (or a lost and regained leadership) at any step —
 //      reconciles missed, then a fresh one — ends the same way.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../../src/api/jobworker.js';
 import type { KubeObject } from '../../src/kube/client.js';
 import { deployedContract, revisionOf } from '../../src/reconcile/desired.js';
@@ -88,6 +88,15 @@ function specJson(
   };
 }
 
+/**
+ * Every World a test made, checked after the test: the invariants hold at
+ * every simulated second of every sequence, whether or not the test looks.
+ */
+const worlds: World[] = [];
+afterEach(() => {
+  for (const w of worlds.splice(0)) expect(w.violations, 'invariants broken').toEqual([]);
+});
+
 class World {
   t = 0;
   generation = 1;
@@ -114,6 +123,7 @@ class World {
   ) {
     this.spec = spec;
     this.random = prng(sc.seed ?? 1);
+    worlds.push(this);
   }
 
   get parsed(): JobWorkerSpec {
