@@ -26,6 +26,7 @@ import {
 } from '../../src/reconcile/cohort-figures.js';
 import { cohortDeploymentName, revisionOf } from '../../src/reconcile/desired.js';
 import { prng } from '../ground/prng.js';
+import { Transcript } from './transcript.js';
 import type { Observation } from '../../src/reconcile/observation.js';
 import { planToCompletion, type Plan, type ScalingMemory } from '../../src/reconcile/plan.js';
 
@@ -112,6 +113,8 @@ class World {
   pods: Pod[] = [];
   annotations: Record<string, string> = {};
   readonly violations: string[] = [];
+  /** what the planner saw and decided, step by step (./transcript.ts) */
+  readonly transcript = new Transcript();
   readonly events: Array<{ t: number; reason: string; message: string }> = [];
   /** revisions that ever had a pod */
   readonly revisionsRun = new Set<string>();
@@ -226,6 +229,16 @@ class World {
       },
     );
     this.memory = plan.memory;
+    this.transcript.step(
+      this.t,
+      this.generation,
+      this.pods.map((p) => ({
+        revision: p.revision,
+        ready: p.ready,
+        terminating: p.terminatingAt !== undefined,
+      })),
+      plan,
+    );
     for (const r of plan.records) {
       const rev = String((r as { revision?: number }).revision);
       if (!this.records.has(rev))
@@ -442,7 +455,7 @@ const image2 = (o: Parameters<typeof specJson>[0] = {}) =>
   specJson({ image: 'registry.example.com/w:2', ...o });
 
 describe('Cohort strategy: a healthy revision', () => {
-  it('grows through every step (1 replica at prefetch 2, 50%, 100%), then is promoted; the fleet never exceeds its budget', () => {
+  it('grows through every step (1 replica at prefetch 2, 50%, 100%), then is promoted; the fleet never exceeds its budget', async () => {
     const w = steady();
     w.edit(image2());
     const seen: Array<{ step: number; replicas: number; phase: string }> = [];
@@ -483,6 +496,7 @@ describe('Cohort strategy: a healthy revision', () => {
     ]);
     // the cohort's first step ran at the step's prefetch
     expect(w.violations).toEqual([]);
+    await expect(w.transcript.text()).toMatchFileSnapshot('__golden__/cohort-promoted.txt');
   });
 
   it('at every step the fleet stays at the scaler’s total, with no gap', () => {

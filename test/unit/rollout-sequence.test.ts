@@ -22,6 +22,7 @@ import { planToCompletion, type ScalingMemory } from '../../src/reconcile/plan.j
 
 import { gate, type Contract } from '../../src/reconcile/rollout.js';
 import { prng } from '../ground/prng.js';
+import { Transcript } from './transcript.js';
 
 const REPLICAS = 2;
 const START_S = 2; // a pod is ready this long after it is created
@@ -107,6 +108,8 @@ class World {
   private nextPod = 1;
   private readonly random: () => number;
   readonly violations: string[] = [];
+  /** what the planner saw and decided, step by step (./transcript.ts) */
+  readonly transcript = new Transcript();
   /** every revision that ever had a consuming pod, with the contract it ran */
   readonly consumed = new Map<string, Contract>();
   /** the revision whose pods consumed most recently, and its contract */
@@ -201,6 +204,7 @@ class World {
       },
     );
     this.memory = plan.memory;
+    this.transcript.step(this.t, this.generation, this.seenPods(), plan);
     // ControllerRevisions: created once, never patched; pruned by name
     for (const r of plan.records) {
       const rev = String((r as { revision?: number }).revision);
@@ -221,6 +225,14 @@ class World {
     }
     this.status = plan.status;
     this.checkStatus();
+  }
+
+  private seenPods() {
+    return this.pods.map((p) => ({
+      revision: p.revision,
+      ready: p.ready,
+      terminating: p.terminatingAt !== undefined,
+    }));
   }
 
   /** The Deployment controller and the kubelet, for one second. */
@@ -435,7 +447,7 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
     (limit) => {
       it.each([undefined, ...SEEDS])(
         'never runs; status says Blocked throughout (seed %s)',
-        (seed) => {
+        async (seed) => {
           const w = settled({ historyLimit: limit, seed });
           for (let edit = 1; edit <= 15; edit++) {
             // a new key rule, and a new image each time: a new revision per edit
@@ -464,6 +476,10 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
           expect([...w.records.keys()].sort()).toEqual(
             (w.status?.history ?? []).map((h) => h.revision).sort(),
           );
+          if (limit === 10 && seed === undefined)
+            await expect(w.transcript.text()).toMatchFileSnapshot(
+              '__golden__/blocked-key-rule-15-edits.txt',
+            );
         },
       );
     },
@@ -605,7 +621,7 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
     expect(w.outcome()).toMatchObject({ running: ['2'], deployed: '2' });
   });
 
-  it('a crash-looping revision is rolled back', () => {
+  it('a crash-looping revision is rolled back, drained first', async () => {
     const w = settled({ crashLoops: ['2'] });
     w.edit(specJson({ image: 'registry.example.com/w:2' }));
     w.run(90);
@@ -616,6 +632,7 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
       lastRollback: { from: '2', to: '1' },
       abortedRevision: '2',
     });
+    await expect(w.transcript.text()).toMatchFileSnapshot('__golden__/crash-loop-rolled-back.txt');
   });
 
   it('a manual undo during a blocked change: the spec goes back, nothing drains or restarts', () => {
