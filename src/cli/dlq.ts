@@ -296,6 +296,13 @@ async function act(
         }
       }
       const replayId = `cli-${randomUUID()}`;
+      // Every argument checked before anything waits: a typo is said at once, not after a hold.
+      const requested = positiveNumber(o.rate, '--rate');
+      const burst = positiveNumber(o.burst, '--burst');
+      const maxCount = positiveNumber(o['max-count'], '--max-count');
+      const failureThreshold = positiveNumber(o['failure-threshold'], '--failure-threshold');
+      const holdTimeoutMs = positiveNumber(o['hold-timeout'], '--hold-timeout') * 1000;
+      const waitTimeoutMs = positiveNumber(o['wait-timeout'], '--wait-timeout') * 1000;
       // While the incident lasts nothing is replayed (../dlq/replay-hold.ts), unless forced.
       const gate = o.force
         ? undefined
@@ -314,7 +321,7 @@ async function act(
               ),
             onResumed: (was) => console.error(`the hold ended (${was.reason}): replaying`),
             now: Date.now,
-            timeoutMs: positiveNumber(o['hold-timeout'], '--hold-timeout') * 1000,
+            timeoutMs: holdTimeoutMs,
           });
       try {
         await gate?.();
@@ -324,10 +331,13 @@ async function act(
         return 3;
       }
       // Replayed jobs share the downstream budget with first attempts: never
-      // faster than it lets the fleet complete them (as a JobReplay).
-      const requested = positiveNumber(o.rate, '--rate');
-      const jw = await target?.read();
-      const rate = jw ? replayRate(requested, jw.spec, jw.status) : { rate: requested };
+      // faster than it lets the fleet complete them (as a JobReplay), asked
+      // again while the replay runs (the fleet's capacity moves).
+      const allowed = async () => {
+        const jw = await target?.read();
+        return jw ? replayRate(requested, jw.spec, jw.status) : { rate: requested };
+      };
+      const rate = await allowed();
       if (rate.capped) console.error(`replaying at ${rate.capped}`);
       const replayed = await replay(
         {
@@ -337,12 +347,16 @@ async function act(
           initiator,
           reason: o.force ? `${reason} (forced: replayed whatever the incident)` : reason,
           ratePerSecond: rate.rate,
-          burst: positiveNumber(o.burst, '--burst'),
-          maxCount: positiveNumber(o['max-count'], '--max-count'),
-          failureThreshold: positiveNumber(o['failure-threshold'], '--failure-threshold'),
+          burst,
+          maxCount,
+          failureThreshold,
           editedPayload,
         },
-        { ...deps, ...(gate && { gate }) },
+        {
+          ...deps,
+          ...(gate && { gate }),
+          ...(target && { rate: async () => (await allowed()).rate }),
+        },
       ).catch((err: unknown) => {
         if (!(err instanceof HoldTimeout)) throw err;
         console.error(`${err.message} The replay stopped there: run it again later.`);
@@ -351,7 +365,7 @@ async function act(
       if (!replayed) return 3;
       p = replayed;
       if (o.wait && !p.stoppedBy) {
-        const until = Date.now() + positiveNumber(o['wait-timeout'], '--wait-timeout') * 1000;
+        const until = Date.now() + waitTimeoutMs;
         while (p.pending > 0 && Date.now() < until) {
           await new Promise((r) => setTimeout(r, 1000));
           p = { ...p, ...(await store.replayCounts(replayId)) };

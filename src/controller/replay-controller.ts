@@ -131,15 +131,19 @@ export class JobReplayController {
           'ReplayStarted',
           `${spec.initiator} replays dead letters of ${spec.jobWorker} at ${spec.ratePerSecond}/s (max ${spec.maxCount}): ${spec.reason}`,
         );
-      // Replayed jobs share the downstream budget with first attempts: never faster than it allows.
-      const jw = await this.d.client.find<KubeObject & { status?: JobWorkerStatus }>(
-        API_VERSION,
-        KIND,
-        jr.metadata.namespace,
-        spec.jobWorker,
-      );
-      const parsed = jw ? parseSpec(jw.spec) : undefined;
-      const rate = replayRate(spec.ratePerSecond, parsed?.ok ? parsed.spec : undefined, jw?.status);
+      // Replayed jobs share the downstream budget with first attempts: never
+      // faster than it allows, asked again while the replay runs (the fleet's capacity moves).
+      const allowed = async () => {
+        const jw = await this.d.client.find<KubeObject & { status?: JobWorkerStatus }>(
+          API_VERSION,
+          KIND,
+          jr.metadata.namespace,
+          spec.jobWorker,
+        );
+        const parsed = jw ? parseSpec(jw.spec) : undefined;
+        return replayRate(spec.ratePerSecond, parsed?.ok ? parsed.spec : undefined, jw?.status);
+      };
+      const rate = await allowed();
       if (rate.capped)
         await this.d.events.emit(
           target,
@@ -186,6 +190,7 @@ export class JobReplayController {
           sleep: (ms) => sleep(ms),
           signal,
           ...(gate && { gate }),
+          rate: async () => (await allowed()).rate,
           onProgress: (x) => {
             const now = Date.now();
             if (x.done || now - lastWrite < (this.d.progressEveryMs ?? 1000)) return;

@@ -5,13 +5,22 @@ export class RateLimiter {
   private last: number | undefined;
 
   constructor(
-    readonly ratePerSecond: number,
+    private ratePerSecond: number,
     readonly burst: number,
   ) {
-    if (!(ratePerSecond > 0))
-      throw new Error(`rate must be above 0 per second, got ${ratePerSecond}`);
+    checkRate(ratePerSecond);
     if (!(burst >= 1)) throw new Error(`burst must be at least 1, got ${burst}`);
     this.tokens = burst;
+  }
+
+  /** A new rate from `nowMs` on (the cap it comes from moved): what has refilled so far stays. */
+  setRate(ratePerSecond: number, nowMs: number): void {
+    checkRate(ratePerSecond);
+    if (this.last !== undefined) {
+      this.tokens = this.refilled(nowMs);
+      this.last = nowMs;
+    }
+    this.ratePerSecond = ratePerSecond;
   }
 
   /** How long from `nowMs` until a token is there to take (0: now). Takes nothing. */
@@ -35,4 +44,9 @@ export class RateLimiter {
       ? this.tokens
       : Math.min(this.burst, this.tokens + ((nowMs - this.last) / 1000) * this.ratePerSecond);
   }
+}
+
+function checkRate(ratePerSecond: number): void {
+  if (!(ratePerSecond > 0))
+    throw new Error(`rate must be above 0 per second, got ${ratePerSecond}`);
 }

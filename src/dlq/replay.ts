@@ -65,6 +65,12 @@ export interface ReplayDeps {
    * is taken, so none waits unacked through a hold.
    */
   gate?: () => Promise<void>;
+  /**
+   * The rate allowed now, asked again every RATE_REFRESH_MS while the replay
+   * runs: the downstream budget's cap (./replay-hold.ts replayRate) moves
+   * with the fleet's capacity. Unset: `ratePerSecond` throughout.
+   */
+  rate?: () => Promise<number>;
 }
 
 export class ReplayRefused extends Error {
@@ -73,6 +79,9 @@ export class ReplayRefused extends Error {
 
 /** The longest a replay sleeps for its rate before it asks its hold gate again. */
 const RATE_WAIT_SLICE_MS = 1000;
+
+/** How often a running replay asks for its rate again (ReplayDeps.rate). */
+export const RATE_REFRESH_MS = 15_000;
 
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
@@ -183,6 +192,7 @@ async function pass(
   };
   let discarded = 0;
   let sinceCheck = 0;
+  let rateAskedAt = d.now();
   const report = () => d.onProgress?.({ ...p });
   // Messages dead-lettered during the pass land behind the ones counted here.
   const depth = wanted.size ? (await ch.checkQueue(req.deadLetterQueue)).messageCount : 0;
@@ -191,6 +201,10 @@ async function pass(
       if (d.gate) {
         await d.gate();
         if (d.signal?.aborted) break;
+      }
+      if (d.rate && d.now() - rateAskedAt >= RATE_REFRESH_MS) {
+        rateAskedAt = d.now();
+        limiter.setRate(await d.rate(), rateAskedAt);
       }
       // Wait for the rate here, before taking a message, in slices that go back to the gate:
       // a hold that starts while the replay waits its turn is seen at the gate's next check,

@@ -318,6 +318,13 @@ describe('jobfleet dlq', () => {
     await deadLetters(1);
     broken.delete('h-1'); // fixed, maybe: the dead letter is seconds old
     const args = [...conn(), '--class', 'permanent', '--reason', 'carrier says fixed'];
+    // A bad argument is refused at once, before any wait for the hold.
+    for (const rate of ['0', 'abc']) {
+      const refused = await jobfleet(['dlq', 'replay', ...args, '--rate', rate]);
+      expect(refused.stderr).toContain(`--rate must be a positive number, got "${rate}"`);
+      expect(refused.stderr).not.toContain('held (');
+      expect(refused.code).not.toBe(0);
+    }
     const held = await jobfleet(['dlq', 'replay', ...args, '--hold-timeout', '1']);
     expect(held.stderr).toMatch(
       /held \(FailuresStillArriving\): 1 dead letters of class permanent arrived in the last 2 minutes/,

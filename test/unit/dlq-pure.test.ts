@@ -32,6 +32,15 @@ describe('RateLimiter', () => {
     expect(r.take(10_000)).toBe(0);
   });
 
+  it('takes a new rate mid-run: what refilled at the old rate stays, the next token comes at the new one', () => {
+    const r = new RateLimiter(1, 1);
+    expect(r.take(0)).toBe(0);
+    r.setRate(0.5, 500); // half a token refilled at 1/s, the rest at 0.5/s
+    expect(r.due(500)).toBe(1000);
+    expect(r.take(1500)).toBe(0);
+    expect(() => r.setRate(0, 1500)).toThrow('rate must be above 0');
+  });
+
   it('refuses nonsense settings by name', () => {
     expect(() => new RateLimiter(0, 1)).toThrow('rate must be above 0');
     expect(() => new RateLimiter(1, 0)).toThrow('burst must be at least 1');
