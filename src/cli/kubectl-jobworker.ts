@@ -378,7 +378,7 @@ async function whoAmI(client: KubeClient): Promise<string> {
   return review?.status?.userInfo?.username ?? process.env.USER ?? os.userInfo().username;
 }
 
-/** Asks the operator to skip the cohort's current step, or to abort the cohort (./cohort.ts). */
+/** Asks the operator to skip the cohort's current step, or to abort the cohort (../reconcile/cohort.ts). */
 async function cohortCommand(
   client: KubeClient,
   jw: JobWorkerObject,

@@ -153,7 +153,7 @@ export class JobWorkerReconciler {
       // deleted). Server-side apply creates what is absent, so nothing is
       // read first.
       const fresh = !obs.deployment;
-      // The idlest pods marked before the replicas go down (./scale-down.ts): the
+      // The idlest pods marked before the replicas go down (../reconcile/scale-down.ts): the
       // ReplicaSet picks its victims when the Deployment's replicas change.
       for (const w of plan.podCosts ?? []) await this.markPod(namespace, w.pod, w.cost);
       const deployment = plan.children.find(

@@ -119,7 +119,7 @@ export class JobReplayController {
       await new ClaimStore(pool).migrate(); // the audit tables, when no worker of this version ran yet
       const store = new DeadLetterStore(pool);
       const target = eventTarget({ ...jr, apiVersion: API_VERSION, kind: REPLAY_KIND });
-      // While the incident lasts nothing is replayed (./replay-hold.ts), unless forced.
+      // While the incident lasts nothing is replayed (../dlq/replay-hold.ts), unless forced.
       const gate = spec.force ? undefined : this.holdGate(jr, spec, store, t.queue, target, signal);
       await gate?.();
       if (signal.aborted) return;

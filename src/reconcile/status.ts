@@ -145,7 +145,7 @@ export interface StatusInput {
   history: HistoryEntry[];
   now: Date;
   deadLetters?: DeadLetterInput;
-  /** what the rollout planned (src/controller/rollouts.ts) */
+  /** what the rollout planned (./rollout-plan.ts) */
   rollout?: RolloutStatus;
   /** WorkersReady (./workers.ts): a False one degrades the JobWorker */
   workers?: ConditionInput;

@@ -1,4 +1,4 @@
-// Scale-down removes the idlest pods first: the choice (./scale-down.ts),
+// Scale-down removes the idlest pods first: the choice (src/reconcile/scale-down.ts),
 // and the plan that asks what each pod holds before it lowers the replicas,
 // marks the chosen pods, and says what the scale-down interrupted.
 import { describe, expect, it } from 'vitest';
