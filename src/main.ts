@@ -49,7 +49,7 @@ const operator = await startOperator({
   },
   port: Number(env.JOBFLEET_OPERATOR_PORT ?? 8080),
   host: env.JOBFLEET_OPERATOR_HOST || undefined,
-  concurrency: wholeNumber(env.JOBFLEET_CONCURRENCY, 'JOBFLEET_CONCURRENCY', 1) ?? 16,
+  concurrency: wholeNumber(env.JOBFLEET_CONCURRENCY, 'JOBFLEET_CONCURRENCY', 1),
   creationWindow: wholeNumber(env.JOBFLEET_CREATION_WINDOW, 'JOBFLEET_CREATION_WINDOW', 0),
   resyncMs: Number(env.JOBFLEET_RESYNC_SECONDS ?? 300) * 1000,
   prometheusUrl: env.JOBFLEET_PROMETHEUS_URL || undefined,

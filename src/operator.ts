@@ -59,6 +59,13 @@ export interface Operator {
   stop(): Promise<void>;
 }
 
+/**
+ * JobWorker reconciles at once, unless JOBFLEET_CONCURRENCY (the chart's
+ * `concurrency`) says otherwise: the one default, for the shipped binary and
+ * for everything that starts the operator in-process (tests, the demo, bench).
+ */
+export const DEFAULT_CONCURRENCY = 16;
+
 export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const log = o.log ?? createLogger();
   const metrics = operatorMetrics();
@@ -104,7 +111,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
         events,
         log,
         namespaces,
-        concurrency: o.concurrency ?? 4,
+        concurrency: o.concurrency ?? DEFAULT_CONCURRENCY,
         creationWindow: o.creationWindow ?? 50,
         creationTimeoutMs: o.creationTimeoutMs,
         resyncMs: o.resyncMs ?? 5 * 60_000,

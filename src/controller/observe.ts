@@ -16,7 +16,7 @@ import type { CapacityReading } from '../reconcile/capacity.js';
 import type { Observation, Problem, QueueObservation } from '../reconcile/observation.js';
 import type { DeadLetterInput } from '../reconcile/status.js';
 import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.js';
-import { fetchFleetSignals, PrometheusError } from '../signals/prometheus.js';
+import { fetchFleetSignals, prometheusFor, PrometheusError } from '../signals/prometheus.js';
 import { readQueueHeads, readWorkerCounters } from '../signals/worker-metrics.js';
 import type { HeadReading, QueueStats } from '../reconcile/queue-age.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
@@ -165,7 +165,7 @@ export class Observer {
     try {
       const stats = await fetchQueueStats(api.url, api.vhost, spec.broker.queue);
       const heads = await this.queueHeads(namespace, name, stats, deployment, cohort);
-      const prometheusUrl = spec.scaling.prometheusUrl ?? this.d.prometheusUrl;
+      const prometheusUrl = prometheusFor(spec, this.d.prometheusUrl);
       if (!prometheusUrl) {
         const ready = (deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas;
         const capacity = ready ? await this.workerCounters(namespace, name) : undefined;

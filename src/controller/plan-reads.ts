@@ -12,7 +12,7 @@ import type { PlanAnswers, PlanNeed } from '../reconcile/plan.js';
 import type { PodFacts } from '../reconcile/rollout-plan.js';
 import { readWorkerReports } from '../signals/worker-readiness.js';
 import { readCohortSamples, readPodLoad } from '../signals/worker-metrics.js';
-import { fetchSeenSchemaVersions } from '../signals/prometheus.js';
+import { fetchSeenSchemaVersions, prometheusFor } from '../signals/prometheus.js';
 import { fetchQueuedTotal } from '../signals/rabbitmq.js';
 import { managementApi } from './observe.js';
 
@@ -104,7 +104,7 @@ async function seenVersions(
   namespace: string,
   name: string,
 ): Promise<number[] | undefined> {
-  const url = reads.prometheusUrl ?? spec.scaling.prometheusUrl;
+  const url = prometheusFor(spec, reads.prometheusUrl);
   if (!url) return undefined;
   try {
     return await fetchSeenSchemaVersions(url, namespace, name);

@@ -29,6 +29,19 @@ const COUNTERS = ['jobfleet_handler_duration_seconds_sum', 'jobfleet_jobs_total'
  * window, so a pod started within it reads low (its first minute's
  * completions at a fraction of what they were) — after every scale-up.
  */
+/**
+ * The Prometheus a JobWorker's fleet signals come from: the one its spec
+ * names (spec.scaling.prometheusUrl), else the operator's
+ * (JOBFLEET_PROMETHEUS_URL); undefined: none, and the throttling cap and the
+ * gate's schema-versions-seen check are off.
+ */
+export function prometheusFor(
+  spec: { scaling: { prometheusUrl?: string } },
+  operatorDefault: string | undefined,
+): string | undefined {
+  return spec.scaling.prometheusUrl ?? operatorDefault;
+}
+
 export function fleetQuery(namespace: string, jobworker: string): string {
   const labels = `namespace=${q(namespace)},jobworker=${q(jobworker)}`;
   return (
