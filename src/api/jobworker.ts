@@ -25,11 +25,16 @@ const secretKeyRef = z
   })
   .describe('A key in a Secret: credentials never appear inline in the spec');
 
-/** AMQP queue names: up to 255 bytes; "amq." is reserved by the broker. */
+/**
+ * AMQP queue names are up to 255 bytes; the work queue's stays within 200,
+ * as the worker requires, so that the names derived from it
+ * (`<queue>.retry.<n>s`, `<queue>.delivery-limit`) fit. "amq." is reserved
+ * by the broker.
+ */
 const queueName = z
   .string()
   .min(1)
-  .max(255)
+  .max(200)
   .regex(/^[A-Za-z0-9_.:-]+$/)
   .meta(
     cel([
