@@ -1,6 +1,6 @@
-// Comments that point at a file (`src/reconcile/plan.ts`, `docs/scaling.md`, or
-// one relative to the comment's own file) point at one that exists: a file that moves
-// references with it, or this fails naming each stale one.
+// Comments that point at a file (`src/reconcile/plan.ts`, `docs/scaling.md`,
+// or one relative to the comment's own file) point at one that exists: a file
+// that moves takes its references with it, or this fails naming each stale one.
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
