@@ -282,7 +282,8 @@ async function main(): Promise<number> {
         { name: 'CARRIER_REJECT_EVERY', value: '10' },
       ]),
       'c2',
-      600,
+      // enough orders through the cohort in a step for one in ten to be told from chance
+      1500,
     );
 
     const { rows } = await db.pool.query<{ n: number }>(

@@ -667,6 +667,17 @@ describe('Cohort strategy: aborts', () => {
     );
   });
 
+  it('does not abort a slow cohort on its throughput while nothing waits in the queue: it had nothing to handle', () => {
+    const w = steady({ '2': { pace: 0.05 } });
+    w.age = () => 0;
+    const spec = image2({ steps: [{ cohort: { replicas: 1 } }, { cohort: { percent: 100 } }] });
+    (spec.rollout as Record<string, unknown>).cohortChecks = { minJobs: 100 };
+    w.edit(spec);
+    w.run(300);
+    expect(w.status?.lastCohort).toBeUndefined();
+    expect(w.status?.cohort).toMatchObject({ step: 1, phase: 'Waiting' });
+  });
+
   const cases: Array<[string, Behaviour, string]> = [
     ['DeadLetters', { deadLetter: 0.1 }, 'dead-lettered per handled delivery: cohort 10.0%'],
     ['Retries', { retry: 0.4 }, 'retries per handled delivery'],
