@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration lint typecheck build release chart-docs bench chaos demo dev images control-plane rabbitmq4 clean deps crds
+.PHONY: node node-path test test-unit test-integration lint typecheck build release chart-docs bench chaos demo dev images control-plane rabbitmq4 clean deps crds docs-ref
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -73,6 +73,10 @@ chart-docs: control-plane
 ## crds: regenerate crds/ from the zod schema in src/api/ (a unit test fails when they drift)
 crds: node_modules
 	node --import tsx src/api/write-crds.ts
+
+## docs-ref: regenerate docs/reference/ (resource fields, metrics) from the code (a unit test fails when they drift)
+docs-ref: node_modules
+	node --import tsx src/api/write-reference.ts
 
 ## control-plane: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and helm
 ## from the Go module proxy into .cache/kube/<version>/ (once; skipped when KUBEBUILDER_ASSETS is set)

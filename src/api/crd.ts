@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { REPLAY_KIND, REPLAY_PLURAL, jobReplaySpec, jobReplayStatus } from './jobreplay.js';
 import { GROUP, KIND, PLURAL, VERSION, jobWorkerSpec, jobWorkerStatus } from './jobworker.js';
 
-type Schema = Record<string, unknown>;
+export type Schema = Record<string, unknown>;
 
 const SAFE_INT = 9_007_199_254_740_991;
 
