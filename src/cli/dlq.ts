@@ -1,6 +1,7 @@
 // `jobfleet dlq list|show|replay|discard`: the quarantine from a terminal.
 // Rows come from PostgreSQL (src/dlq/store.ts); payloads from the dead-letter
 // queue; every replay and discard is audited (src/dlq/replay.ts).
+import { DLQ_HELP } from './help.js';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
@@ -18,40 +19,6 @@ import { FAILURE_CLASSES } from '../../worker/envelope.js';
 import { brokerUrls, connectAny } from '../../worker/broker-urls.js';
 
 const redactBrokerUrls = (value: string) => brokerUrls(value).map(redactUrl).join(',');
-
-const HELP = `usage: jobfleet dlq <list|show|replay|discard> [options]
-
-connection (defaults from the worker's environment):
-  --claims-url URL          PostgreSQL claims database ($JOBFLEET_CLAIMS_URL)
-  --amqp-url URL            RabbitMQ ($JOBFLEET_BROKER_URL); replay and discard only
-  --queue NAME              the work queue the dead letters came from ($JOBFLEET_QUEUE)
-  --dead-letter-queue NAME  ($JOBFLEET_DEAD_LETTER_QUEUE, default "<queue>.dlq")
-  --schema NAME             schema of the jobfleet_* tables
-
-selection (list, replay, discard):
-  --id N, --key K           repeatable
-  --reason-contains TEXT    a substring of the dead-letter reason
-  --class NAME              failure class: ${FAILURE_CLASSES.join(', ')}
-  --since ISO, --until ISO  dead-lettered in this time range
-  --status S                list only: quarantined (default), replayed, discarded, superseded
-
-  list     [--limit 50] [--json]
-  show ID  [--json]                     the row, its audit trail, and its payload when stored
-  replay   --reason WHY [--initiator WHO] [--rate 5] [--burst 10] [--max-count 100]
-           [--failure-threshold 5] [--edit-payload FILE] [--wait] [--wait-timeout 300]
-           [--hold-timeout 900] [--force]
-  discard  --reason WHY [--initiator WHO] [--max-count 100]
-
-A replay keeps each job's idempotency key, resets its attempts, and skips keys that completed
-meanwhile. It stops when --failure-threshold replayed jobs fail again. --edit-payload replaces the
-payload of the one selected dead letter (select it with --id) and needs --reason.
-
-A replay waits while the incident lasts: while dead letters of the selected class still arrive
-(the last 2 minutes) and, through \`kubectl jobworker dlq\`, while the JobWorker's oldest message
-is past its objective, its dependency throttles, or it rolls out or back. It goes on by itself
-when that ends, and gives up after --hold-timeout seconds held (exit 3). --force replays anyway;
-the audit records that it was forced. Through \`kubectl jobworker dlq\`, --rate is also capped at
-what the JobWorker's downstream budget lets its fleet complete (it says so when it caps).`;
 
 const options = {
   'claims-url': { type: 'string' },
@@ -144,7 +111,7 @@ export async function runDlq(argv: string[], target?: DlqTarget): Promise<number
   const { values: o, positionals } = parseArgs({ args: argv, options, allowPositionals: true });
   const [sub, ...rest] = positionals;
   if (o.help || !sub) {
-    console.log(HELP);
+    console.log(DLQ_HELP);
     return sub || o.help ? 0 : 2;
   }
   if (!['list', 'show', 'replay', 'discard'].includes(sub))

@@ -2,16 +2,9 @@
 // database and its queues. Subcommands live in their own modules; this file
 // only dispatches and turns errors into exit codes (0 ok, 1 a finding, 2 the
 // command could not run).
+import { JOBFLEET_USAGE } from './help.js';
 import { runDlq } from './dlq.js';
 import { runVerify } from './verify.js';
-
-const USAGE = `usage: jobfleet <command> [options]
-
-commands:
-  verify   check the claim store's invariants (exits 1 on any violation)
-  dlq      list, show, replay or discard dead letters (audited, rate-limited)
-
-run "jobfleet <command> --help" for a command's options`;
 
 const commands: Record<string, (argv: string[]) => Promise<number>> = {
   verify: runVerify,
@@ -21,12 +14,12 @@ const commands: Record<string, (argv: string[]) => Promise<number>> = {
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
   if (!name || name === '--help' || name === '-h') {
-    console.log(USAGE);
+    console.log(JOBFLEET_USAGE);
     return name ? 0 : 2;
   }
   const command = commands[name];
   if (!command) {
-    console.error(`jobfleet: unknown command "${name}"\n\n${USAGE}`);
+    console.error(`jobfleet: unknown command "${name}"\n\n${JOBFLEET_USAGE}`);
     return 2;
   }
   try {

@@ -3,6 +3,7 @@
 // the JobWorker; `dlq` resolves its queues and the URLs in the Secrets it
 // names and runs `jobfleet dlq` against them, so on-call never copies a
 // credential.
+import { KUBECTL_JOBWORKER_USAGE } from './help.js';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -17,30 +18,6 @@ import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../reconcile/pause
 import { ANNOTATION_COHORT_COMMAND, type CohortCommand } from '../reconcile/cohort.js';
 import { runDlq } from './dlq.js';
 import { historyLines, statusLines, verdict, whyLines } from './jobworker-view.js';
-
-const USAGE = `usage: kubectl jobworker <command> NAME [-n NAMESPACE] [options]
-
-commands:
-  status NAME [--watch] [--timeout 10m]   phase, revisions, replicas, queue age, the analysis and its
-                                          time left; --watch waits for the analysis too;
-                                          exits 0 healthy, 1 blocked, degraded or paused,
-                                          3 still progressing
-  history NAME                            revisions: image, key rule, schema versions
-  undo NAME [--to-revision N]             roll back (to the previous revision by default): the
-                                          operator drains the current revision first
-  why NAME                                what blocks or degrades it, and how to fix it
-  pause NAME --reason TEXT                stop the fleet: consumers drain, then 0 replicas are held
-                                          (scaling and rollouts hold); who and why go in an event
-  resume NAME --reason TEXT               replicas follow the scaler again
-  promote NAME --reason TEXT              a Cohort rollout: skip the current step's analysis and go on
-  abort NAME --reason TEXT                a Cohort rollout: stop it; the cohort drains first, the stable
-                                          revision keeps the fleet (who and why go in status and events)
-  dlq list|show|replay|discard NAME [ID]  its dead letters (options as for "jobfleet dlq")
-
-  version                                 this plugin's version
-
-Reads the cluster with your kubeconfig (KUBECONFIG, or ~/.kube/config), as kubectl does:
--n/--namespace, --kubeconfig FILE, --context NAME, --as USER and --as-group GROUP work as kubectl's.`;
 
 /** Set when plugins/build.ts bundles this file: the bundle has no package.json beside it. */
 declare const JOBFLEET_VERSION: string | undefined;
@@ -108,7 +85,7 @@ function globalFlags(argv: string[]): {
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   if (!command || command === '--help' || command === '-h') {
-    console.log(USAGE);
+    console.log(KUBECTL_JOBWORKER_USAGE);
     return command ? 0 : 2;
   }
   if (command === 'version') {
@@ -219,7 +196,9 @@ async function main(argv: string[]): Promise<number> {
       );
     }
     default:
-      console.error(`kubectl jobworker: unknown command "${command}"\n\n${USAGE}`);
+      console.error(
+        `kubectl jobworker: unknown command "${command}"\n\n${KUBECTL_JOBWORKER_USAGE}`,
+      );
       return 2;
   }
 }

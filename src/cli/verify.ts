@@ -1,6 +1,7 @@
 // `jobfleet verify`: runs the claim store's invariants (worker/invariants.ts)
 // and prints each with its query and result. Read-only: it never changes the
 // database or the queues.
+import { VERIFY_HELP } from './help.js';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import {
@@ -10,27 +11,6 @@ import {
   type InvariantResult,
 } from '../../worker/invariants.js';
 import { fetchQueueStats } from '../signals/rabbitmq.js';
-
-const HELP = `usage: jobfleet verify [options]
-
-  --claims-url URL          PostgreSQL URL of the claims database (default $JOBFLEET_CLAIMS_URL)
-  --schema NAME             schema holding the jobfleet_* tables (default: the URL's search_path)
-  --max-attempts N          the workers' attempt ceiling (default $JOBFLEET_MAX_ATTEMPTS or 5)
-  --management-url URL      RabbitMQ management API, e.g. http://user:pass@host:15672;
-                            also checks that each quarantined entry's message is still in its DLQ
-  --vhost NAME              RabbitMQ vhost of the queues (default /)
-  --dead-letter-queue NAME  the DLQ (default "<queue>.dlq" for each origin queue)
-  --settle-seconds N        the management API's counts are sampled (every 5 s by default):
-                            a shortfall is reported only when it is still there this much
-                            later (default 6)
-  --effects-table NAME      your record of business effects, in the same database (a table
-                            written in the job's transaction, or the downstream's idempotency
-                            records loaded there): checks one row per completed key
-  --effects-key COLUMN      its idempotency-key column (default key)
-  --effects-time-column COL its timestamp: rows older than the oldest kept claim are skipped
-  --json                    print the results as JSON
-
-exit status: 0 every invariant holds, 1 a violation, 2 the check could not run`;
 
 /** The URL without its password: what may be printed. */
 export function redactUrl(url: string): string {
@@ -62,7 +42,7 @@ export async function runVerify(argv: string[]): Promise<number> {
     },
   });
   if (o.help) {
-    console.log(HELP);
+    console.log(VERIFY_HELP);
     return 0;
   }
   const claimsUrl = o['claims-url'] ?? process.env.JOBFLEET_CLAIMS_URL;
