@@ -26,6 +26,7 @@ import {
 } from '../../src/reconcile/cohort-figures.js';
 import { cohortDeploymentName, revisionOf } from '../../src/reconcile/desired.js';
 import { prng } from '../ground/prng.js';
+import { answerFromWorld } from './sequence-answers.js';
 import { Transcript } from './transcript.js';
 import type { Observation } from '../../src/reconcile/observation.js';
 import { planToCompletion, type Plan, type ScalingMemory } from '../../src/reconcile/plan.js';
@@ -198,17 +199,11 @@ class World {
     const obs = this.observe(now);
     const plan = planToCompletion(
       { obs, memory: this.memory, now, pollMs: 10_000, deadLetterReadMs: 30_000 },
-      (need, answers) => {
-        if (need.kind === 'pods') {
-          const rev = need.revision;
-          answers.pods = {
-            ...answers.pods,
-            [rev]: this.pods
-              .filter((p) => p.revision === rev)
-              .map((p) => ({ restarts: p.restarts })),
-          };
-        } else if (need.kind === 'cohortSamples')
-          answers.cohortSamples = this.pods.map((p) => ({
+      answerFromWorld({
+        pods: this.pods,
+        records: this.records,
+        cohortSamples: () =>
+          this.pods.map((p) => ({
             pod: p.name,
             revision: p.revision,
             createdAt: new Date(Date.UTC(2026, 11, 1) + p.createdAt * 1000).toISOString(),
@@ -216,29 +211,11 @@ class World {
             ...(p.ready || p.terminatingAt !== undefined
               ? { counters: structuredClone(p.counters) }
               : {}),
-          }));
-        else if (need.kind === 'seenVersions') answers.seenVersions = undefined;
-        else if (need.kind === 'queued') answers.queued = undefined;
-        else if (need.kind === 'revisionSpec')
-          answers.revisionSpecs = {
-            ...answers.revisionSpecs,
-            [need.revision]: this.records.get(need.revision),
-          };
-        else if (need.kind === 'workers') answers.workers = [];
-        else answers.podLoad = undefined;
-      },
+          })),
+      }),
     );
     this.memory = plan.memory;
-    this.transcript.step(
-      this.t,
-      this.generation,
-      this.pods.map((p) => ({
-        revision: p.revision,
-        ready: p.ready,
-        terminating: p.terminatingAt !== undefined,
-      })),
-      plan,
-    );
+    this.transcript.step(this.t, this.generation, this.pods, plan);
     for (const r of plan.records) {
       const rev = String((r as { revision?: number }).revision);
       if (!this.records.has(rev))

@@ -22,6 +22,7 @@ import { planToCompletion, type ScalingMemory } from '../../src/reconcile/plan.j
 
 import { gate, type Contract } from '../../src/reconcile/rollout.js';
 import { prng } from '../ground/prng.js';
+import { answerFromWorld } from './sequence-answers.js';
 import { Transcript } from './transcript.js';
 
 const REPLICAS = 2;
@@ -184,27 +185,10 @@ class World {
     const obs = this.observe(now);
     const plan = planToCompletion(
       { obs, memory: this.memory, now, pollMs: 10_000, deadLetterReadMs: 30_000 },
-      (need, answers) => {
-        if (need.kind === 'pods') {
-          const rev = need.revision;
-          answers.pods = {
-            ...answers.pods,
-            [rev]: this.pods
-              .filter((p) => p.revision === rev)
-              .map((p) => ({ restarts: p.restarts })),
-          };
-        } else if (need.kind === 'seenVersions') answers.seenVersions = undefined;
-        else if (need.kind === 'queued') answers.queued = undefined;
-        else if (need.kind === 'revisionSpec')
-          answers.revisionSpecs = {
-            ...answers.revisionSpecs,
-            [need.revision]: this.records.get(need.revision),
-          };
-        else answers.workers = [];
-      },
+      answerFromWorld(this),
     );
     this.memory = plan.memory;
-    this.transcript.step(this.t, this.generation, this.seenPods(), plan);
+    this.transcript.step(this.t, this.generation, this.pods, plan);
     // ControllerRevisions: created once, never patched; pruned by name
     for (const r of plan.records) {
       const rev = String((r as { revision?: number }).revision);
@@ -225,14 +209,6 @@ class World {
     }
     this.status = plan.status;
     this.checkStatus();
-  }
-
-  private seenPods() {
-    return this.pods.map((p) => ({
-      revision: p.revision,
-      ready: p.ready,
-      terminating: p.terminatingAt !== undefined,
-    }));
   }
 
   /** The Deployment controller and the kubelet, for one second. */

@@ -7,10 +7,11 @@
 import type { Plan } from '../../src/reconcile/plan.js';
 import { revisionOf } from '../../src/reconcile/desired.js';
 
+/** A simulated pod as the harnesses keep it: terminating once it has a terminatingAt. */
 export interface SeenPod {
   revision: string;
   ready: boolean;
-  terminating: boolean;
+  terminatingAt?: number;
 }
 
 export class Transcript {
@@ -34,7 +35,7 @@ function seen(pods: readonly SeenPod[]): string {
   const by = new Map<string, { ready: number; starting: number; terminating: number }>();
   for (const p of pods) {
     const c = by.get(p.revision) ?? { ready: 0, starting: 0, terminating: 0 };
-    if (p.terminating) c.terminating++;
+    if (p.terminatingAt !== undefined) c.terminating++;
     else if (p.ready) c.ready++;
     else c.starting++;
     by.set(p.revision, c);
