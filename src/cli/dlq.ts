@@ -1,7 +1,6 @@
 // `jobfleet dlq list|show|replay|discard`: the quarantine from a terminal.
 // Rows come from PostgreSQL (src/dlq/store.ts); payloads from the dead-letter
 // queue; every replay and discard is audited (src/dlq/replay.ts).
-import { DLQ_HELP } from './help.js';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
@@ -17,6 +16,7 @@ import { ClaimStore } from '../../worker/claim-store.js';
 import { redactUrl } from './verify.js';
 import { FAILURE_CLASSES } from '../../worker/envelope.js';
 import { brokerUrls, connectAny } from '../../worker/broker-urls.js';
+import { DLQ_HELP } from './help.js';
 
 const redactBrokerUrls = (value: string) => brokerUrls(value).map(redactUrl).join(',');
 

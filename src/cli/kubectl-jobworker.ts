@@ -3,7 +3,6 @@
 // the JobWorker; `dlq` resolves its queues and the URLs in the Secrets it
 // names and runs `jobfleet dlq` against them, so on-call never copies a
 // credential.
-import { KUBECTL_JOBWORKER_USAGE } from './help.js';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -18,6 +17,7 @@ import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../reconcile/pause
 import { ANNOTATION_COHORT_COMMAND, type CohortCommand } from '../reconcile/cohort.js';
 import { runDlq } from './dlq.js';
 import { historyLines, statusLines, verdict, whyLines } from './jobworker-view.js';
+import { KUBECTL_JOBWORKER_USAGE } from './help.js';
 
 /** Set when plugins/build.ts bundles this file: the bundle has no package.json beside it. */
 declare const JOBFLEET_VERSION: string | undefined;

@@ -1,7 +1,6 @@
 // `jobfleet verify`: runs the claim store's invariants (worker/invariants.ts)
 // and prints each with its query and result. Read-only: it never changes the
 // database or the queues.
-import { VERIFY_HELP } from './help.js';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import {
@@ -11,6 +10,7 @@ import {
   type InvariantResult,
 } from '../../worker/invariants.js';
 import { fetchQueueStats } from '../signals/rabbitmq.js';
+import { VERIFY_HELP } from './help.js';
 
 /** The URL without its password: what may be printed. */
 export function redactUrl(url: string): string {

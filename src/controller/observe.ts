@@ -12,12 +12,12 @@ import {
   LABEL_COHORT,
   LABEL_JOBWORKER,
 } from '../reconcile/desired.js';
-import type { CapacityReading } from '../reconcile/capacity.js';
+import type { CapacityReading, PodCounters } from '../reconcile/capacity.js';
 import type { Observation, Problem, QueueObservation } from '../reconcile/observation.js';
 import type { DeadLetterInput } from '../reconcile/status.js';
 import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.js';
 import { fetchFleetSignals, prometheusFor, PrometheusError } from '../signals/prometheus.js';
-import { readQueueHeads, readWorkerCounters } from '../signals/worker-metrics.js';
+import { readWorkerPods } from '../signals/worker-metrics.js';
 import type { HeadReading, QueueStats } from '../reconcile/queue-age.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
 
@@ -164,11 +164,16 @@ export class Observer {
       };
     try {
       const stats = await fetchQueueStats(api.url, api.vhost, spec.broker.queue);
-      const heads = await this.queueHeads(namespace, name, stats, deployment, cohort);
       const prometheusUrl = prometheusFor(spec, this.d.prometheusUrl);
+      const ready = (deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas;
+      const { heads, counters } = await this.fromPods(namespace, name, {
+        heads: headsWanted(stats, deployment, cohort),
+        counters: !prometheusUrl && !!ready && this.countersDue(namespace, name),
+      });
       if (!prometheusUrl) {
-        const ready = (deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas;
-        const capacity = ready ? await this.workerCounters(namespace, name) : undefined;
+        const capacity: CapacityReading | undefined = counters?.length
+          ? { source: 'WorkerMetrics', pods: counters }
+          : undefined;
         return { ok: true, stats, ...(heads && { heads }), ...(capacity && { capacity }) };
       }
       const fleet = await fetchFleetSignals(prometheusUrl, namespace, name);
@@ -190,38 +195,23 @@ export class Observer {
     }
   }
 
-  /**
-   * What the worker pods saw of the queue's head, when the broker gives no
-   * head timestamp (quorum queues; classic ones with untimestamped
-   * messages) and the fleet has pods; an unreadable list is no reading.
-   */
-  private async queueHeads(
+  /** One read of the worker pods for what this poll wants of them; an unreadable list is no reading. */
+  private async fromPods(
     namespace: string,
     name: string,
-    stats: QueueStats,
-    deployment: KubeObject | undefined,
-    cohort: KubeObject | undefined,
-  ): Promise<HeadReading[] | undefined> {
-    if (stats.headMessageTimestamp || (stats.type === 'classic' && stats.messagesReady === 0))
-      return undefined;
-    const pods = (d: KubeObject | undefined) =>
-      Number((d?.status as { replicas?: number } | undefined)?.replicas ?? 0);
-    if (pods(deployment) + pods(cohort) === 0) return undefined;
-    return readQueueHeads(this.d.client, namespace, name).catch(() => undefined);
+    want: { heads: boolean; counters: boolean },
+  ): Promise<{ heads?: HeadReading[]; counters?: PodCounters[] }> {
+    if (!want.heads && !want.counters) return {};
+    return readWorkerPods(this.d.client, namespace, name, want).catch(() => ({}));
   }
 
-  /** The worker pods' own figures, when due; an unreadable list is no reading (capacity keeps its last). */
-  private async workerCounters(
-    namespace: string,
-    name: string,
-  ): Promise<CapacityReading | undefined> {
+  /** The worker pods' own figures are read every WORKER_COUNTERS_READ_MS (capacity keeps its last between). */
+  private countersDue(namespace: string, name: string): boolean {
     const key = `${namespace}/${name}`;
     const now = this.d.now().getTime();
-    if (now - (this.countersReadAt.get(key) ?? -Infinity) < WORKER_COUNTERS_READ_MS)
-      return undefined;
+    if (now - (this.countersReadAt.get(key) ?? -Infinity) < WORKER_COUNTERS_READ_MS) return false;
     this.countersReadAt.set(key, now);
-    const pods = await readWorkerCounters(this.d.client, namespace, name).catch(() => undefined);
-    return pods?.length ? { source: 'WorkerMetrics', pods } : undefined;
+    return true;
   }
 
   private async secret(namespace: string, name: string) {
@@ -325,4 +315,21 @@ export class Observer {
       error: r?.error,
     };
   }
+}
+
+/**
+ * What the worker pods saw of the queue's head is wanted when the broker
+ * gives no head timestamp (quorum queues; classic ones with untimestamped
+ * messages) and the fleet has pods.
+ */
+function headsWanted(
+  stats: QueueStats,
+  deployment: KubeObject | undefined,
+  cohort: KubeObject | undefined,
+): boolean {
+  if (stats.headMessageTimestamp || (stats.type === 'classic' && stats.messagesReady === 0))
+    return false;
+  const pods = (d: KubeObject | undefined) =>
+    Number((d?.status as { replicas?: number } | undefined)?.replicas ?? 0);
+  return pods(deployment) + pods(cohort) > 0;
 }

@@ -189,7 +189,8 @@ export function planRollout(i: RolloutInput): RolloutPlan | { need: RolloutNeed 
   if ('need' in aim) return aim;
   const gated = gatePhase(i, revs, aim);
   if ('need' in gated) return gated;
-  if (cohortApplies(i, revs, gated)) return cohortPhase(i, revs, gated);
+  const cohort = cohortTurn(i, revs, gated);
+  if (cohort) return cohortPhase(i, revs, gated, cohort);
   const stepped = stepPhase(i, revs, gated);
   if ('need' in stepped) return stepped;
   const outcome = outcomePhase(i, gated, stepped);
@@ -469,45 +470,47 @@ function compatible(
  * forward starts as a cohort beside the revision that runs — not a key-rule
  * change the override let through, which would run both rules side by side
  * for a whole step (that takes the Fleet path) — and one in progress goes on
- * (or, no longer wanted, is drained).
+ * (or, no longer wanted, is drained). Undefined: the Fleet path.
  */
-function cohortApplies(i: RolloutInput, revs: Revisions, g: Gated): boolean {
-  if (i.previous?.rollout || !revs.deployed) return false;
-  return !!i.previous?.cohort || (i.spec.rollout.strategy === 'Cohort' && goesForward(revs, g));
-}
-
-function goesForward(revs: Revisions, g: Gated): boolean {
+function cohortTurn(
+  i: RolloutInput,
+  revs: Revisions,
+  g: Gated,
+): { deployed: string; wanted: boolean } | undefined {
+  const deployed = revs.deployed;
+  if (i.previous?.rollout || !deployed) return undefined;
   const { target } = g.aim;
-  return (
+  const wanted =
+    i.spec.rollout.strategy === 'Cohort' &&
     !g.blocked &&
     !g.keyRuleOverridden &&
-    !!revs.deployed &&
     target === revs.specRevision &&
-    target !== revs.deployed &&
-    Number(target) > Number(revs.deployed)
-  );
+    target !== deployed &&
+    Number(target) > Number(deployed);
+  return wanted || i.previous?.cohort ? { deployed, wanted } : undefined;
 }
 
+/** A cohort in progress goes on; one no longer wanted (the spec moved, the strategy changed, the gate refuses it) is drained. */
 function cohortPhase(
   i: RolloutInput,
   revs: Revisions,
   g: Gated,
+  turn: { deployed: string; wanted: boolean },
 ): RolloutPlan | { need: RolloutNeed } {
-  const cohortStrategy = i.spec.rollout.strategy === 'Cohort';
-  const wanted = cohortStrategy && goesForward(revs, g);
   const c = cohortPlan(i, {
-    ...(!wanted && {
+    ...(!turn.wanted && {
       unwanted: g.refusal
         ? { check: 'Blocked' as const, reason: g.refusal }
         : {
             check: 'SpecChanged' as const,
-            reason: !cohortStrategy
-              ? 'the rollout strategy is no longer Cohort'
-              : `the spec now asks for revision ${revs.specRevision}`,
+            reason:
+              i.spec.rollout.strategy !== 'Cohort'
+                ? 'the rollout strategy is no longer Cohort'
+                : `the spec now asks for revision ${revs.specRevision}`,
           },
     }),
     target: g.aim.target,
-    deployed: revs.deployed!,
+    deployed: turn.deployed,
     specRevision: revs.specRevision,
   });
   if ('need' in c) return c;

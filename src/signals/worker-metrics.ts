@@ -1,10 +1,11 @@
 // The worker pods' own figures, read straight from each pod's /metrics (on
 // its pod IP and metrics port, as Prometheus reaches it), in parallel, each
 // with a short timeout; a pod that does not answer is left out, or marked
-// unread. Three reads: the counters capacity needs, when no Prometheus is
-// configured (src/reconcile/capacity.ts); what each pod saw of the queue's
-// head, for the measured age (src/reconcile/queue-age.ts); and what each pod
-// holds, before a scale-down (src/reconcile/scale-down.ts).
+// unread. What a poll reads, one scrape per pod serving both: the counters
+// capacity needs, when no Prometheus is configured (src/reconcile/capacity.ts),
+// and what each pod saw of the queue's head, for the measured age
+// (src/reconcile/queue-age.ts). And what each pod holds, before a scale-down
+// (src/reconcile/scale-down.ts).
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { PodCounters } from '../reconcile/capacity.js';
 import {
@@ -45,23 +46,6 @@ async function scrape(pod: Pod): Promise<string | undefined> {
   );
 }
 
-export async function readWorkerCounters(
-  client: KubeClient,
-  namespace: string,
-  name: string,
-): Promise<PodCounters[]> {
-  const pods = (await jobWorkerPods(client, namespace, name))
-    .filter(ready)
-    .slice(0, COUNTERS_FROM_AT_MOST);
-  const read = await Promise.all(
-    pods.map(async (pod) => {
-      const text = await scrape(pod);
-      return text === undefined ? undefined : { pod: pod.metadata.name, ...parseCounters(text) };
-    }),
-  );
-  return read.filter((c): c is PodCounters => c !== undefined);
-}
-
 /**
  * The head age is the newest delivery across pods, and one idle consumer is
  * enough to say nothing waits: in a large fleet a sample of pods says both.
@@ -69,23 +53,44 @@ export async function readWorkerCounters(
 const HEADS_FROM_AT_MOST = 20;
 
 /**
- * What each answering pod (both Deployments of a Cohort rollout) saw of the
- * queue's head. Read at every poll and never from Prometheus, whose scrape
- * interval would add its own age: the measured age is only as fresh as this.
+ * What the operator reads from the worker pods at a poll, from one pod list
+ * and one scrape per pod: `heads`, what each answering pod (both Deployments
+ * of a Cohort rollout) saw of the queue's head — read at every poll where it
+ * is wanted and never from Prometheus, whose scrape interval would add to
+ * the age's error; `counters`, the figures capacity needs, from ready pods.
  */
-export async function readQueueHeads(
+export async function readWorkerPods(
   client: KubeClient,
   namespace: string,
   name: string,
-): Promise<HeadReading[]> {
-  const pods = (await jobWorkerPods(client, namespace, name)).slice(0, HEADS_FROM_AT_MOST);
-  const read = await Promise.all(
-    pods.map(async (pod) => {
-      const text = await scrape(pod);
-      return text === undefined ? undefined : parseHead(text);
-    }),
+  want: { heads: boolean; counters: boolean },
+): Promise<{ heads?: HeadReading[]; counters?: PodCounters[] }> {
+  const pods = await jobWorkerPods(client, namespace, name);
+  const forHeads = want.heads ? pods.slice(0, HEADS_FROM_AT_MOST) : [];
+  const forCounters = want.counters ? pods.filter(ready).slice(0, COUNTERS_FROM_AT_MOST) : [];
+  const texts = new Map(
+    await Promise.all(
+      [...new Set([...forHeads, ...forCounters])].map(
+        async (pod) => [pod, await scrape(pod)] as const,
+      ),
+    ),
   );
-  return read.filter((h): h is HeadReading => h !== undefined);
+  const answered = (ps: Pod[]) =>
+    ps.flatMap((pod) => {
+      const text = texts.get(pod);
+      return text === undefined ? [] : [{ pod, text }];
+    });
+  return {
+    ...(want.heads && {
+      heads: answered(forHeads).flatMap(({ text }) => parseHead(text) ?? []),
+    }),
+    ...(want.counters && {
+      counters: answered(forCounters).map(({ pod, text }) => ({
+        pod: pod.metadata.name,
+        ...parseCounters(text),
+      })),
+    }),
+  };
 }
 
 /** A worker's view of the queue's head (worker/queue-head.ts), from its /metrics; undefined from a worker without one. */
