@@ -209,7 +209,7 @@ is a guess where they do not. test/integration/queue-age.test.ts (truth recorded
 steady load, a burst, a 10 s stall and a drain) prints the largest error of both in every \`make test\`; the runs of
 2026-12-03 (\`CI=true make test\` twice, fresh-clone \`.ci/run\` twice; each broker, each run): measured 0.12, 0.13 / 0.18 /
 0.13, 0.13 / 0.13, 0.13 s against the estimate alone 7.90, 5.54 / 7.47 / 6.76, 8.04 / 8.95, 5.75 s (machine's RabbitMQ,
-RabbitMQ 4; the second \`make test\` stopped before its RabbitMQ 4 run).
+RabbitMQ 4; the second \`make test\` was disturbed before its RabbitMQ 4 run).
 
 Reading it: on every trace but the throttled one jobfleet was over the objective ${range(calm, 'jobfleet', (r) => r.overPct, pct)} of the
 time (medians), at ${range(calm, 'jobfleet', (r) => r.vsOracle, times)} the oracle's replica-seconds; the depth scaler spent
