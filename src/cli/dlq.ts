@@ -105,6 +105,30 @@ export interface DlqTarget {
   jobWorker: string;
   /** its status, and its spec when it parses (the downstream budget caps a replay's rate): one read */
   read(): Promise<{ spec?: JobWorkerSpec; status?: JobWorkerStatus }>;
+  /**
+   * The user the apiserver authenticated (SelfSubjectReview), asked only by a
+   * replay or discard: the audit's initiator. A typed --initiator is then only
+   * informational, kept beside the reason.
+   */
+  authenticatedUser(): Promise<string>;
+}
+
+/** Who the audit names, and the reason it keeps: the authenticated user when there is one. */
+async function auditedBy(
+  o: Values,
+  reason: string,
+  target: DlqTarget | undefined,
+): Promise<{ initiator: string; reason: string }> {
+  if (!target)
+    return { initiator: o.initiator ?? process.env.USER ?? os.userInfo().username, reason };
+  const user = await target.authenticatedUser();
+  return {
+    initiator: user,
+    reason:
+      o.initiator && o.initiator !== user
+        ? `${reason} (initiator given as ${o.initiator})`
+        : reason,
+  };
 }
 
 export async function runDlq(argv: string[], target?: DlqTarget): Promise<number> {
@@ -216,9 +240,10 @@ async function act(
 ): Promise<number> {
   const amqpUrl = o['amqp-url'] ?? process.env.JOBFLEET_BROKER_URL;
   if (!amqpUrl) throw new Error('--amqp-url is required (or set JOBFLEET_BROKER_URL)');
-  const reason = (o.reason ?? '').trim();
-  if (!reason) throw new ReplayRefused(`${sub} needs --reason "why" (recorded in the audit trail)`);
-  const initiator = o.initiator ?? process.env.USER ?? os.userInfo().username;
+  const typedReason = (o.reason ?? '').trim();
+  if (!typedReason)
+    throw new ReplayRefused(`${sub} needs --reason "why" (recorded in the audit trail)`);
+  const { initiator, reason } = await auditedBy(o, typedReason, target);
   const s = { ...selector(o, queue), status: undefined }; // only quarantined entries are acted on
   if (!s.ids?.length && !s.keys?.length && !s.failureClass && !s.reason && !s.since && !s.until)
     throw new Error(

@@ -42,7 +42,12 @@ A replay waits while the incident lasts: while dead letters of the selected clas
 is past its objective, its dependency throttles, or it rolls out or back. It goes on by itself
 when that ends, and gives up after --hold-timeout seconds held (exit 3). --force replays anyway;
 the audit records that it was forced. Through \`kubectl jobworker dlq\`, --rate is also capped at
-what the JobWorker's downstream budget lets its fleet complete (it says so when it caps).`;
+what the JobWorker's downstream budget lets its fleet complete (it says so when it caps).
+
+The audit records who replayed or discarded: through \`kubectl jobworker dlq\`, the user the
+apiserver authenticated (its SelfSubjectReview; with --as, the user impersonated), and a typed
+--initiator only beside the reason. \`jobfleet dlq\` itself has no apiserver to ask: it records
+--initiator, or the local login.`;
 
 export const VERIFY_HELP = `usage: jobfleet verify [options]
 
@@ -87,4 +92,6 @@ commands:
   version                                 this plugin's version
 
 Reads the cluster with your kubeconfig (KUBECONFIG, or ~/.kube/config), as kubectl does:
--n/--namespace, --kubeconfig FILE, --context NAME, --as USER and --as-group GROUP work as kubectl's.`;
+-n/--namespace, --kubeconfig FILE, --context NAME, --as USER and --as-group GROUP work as kubectl's.
+undo, pause, resume, promote, abort and a dead-letter replay or discard record the user the
+apiserver authenticated (SelfSubjectReview, Kubernetes 1.28 or later), never a typed name.`;

@@ -4,7 +4,6 @@
 // names and runs `jobfleet dlq` against them, so on-call never copies a
 // credential.
 import { readFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -187,6 +186,7 @@ async function main(argv: string[]): Promise<number> {
         // and goes no faster than its downstream budget lets the fleet complete
         {
           jobWorker: name,
+          authenticatedUser: () => whoAmI(client),
           read: async () => {
             const jw = await get(name);
             const parsed = parseSpec(jw.spec);
@@ -326,7 +326,7 @@ async function undoPlan(
       problem: `revision ${target.revision}'s spec is not recorded (no ControllerRevision ${revisionRecordName(jw.metadata.name, target.revision)}): apply it by hand`,
     };
   }
-  const who = process.env.USER ?? os.userInfo().username;
+  const who = await whoAmI(client);
   return {
     revision: target.revision,
     image: target.image,
@@ -345,7 +345,12 @@ async function undoPlan(
   };
 }
 
-/** The authenticated user (SelfSubjectReview), or the local login when the cluster does not say. */
+/**
+ * The user the apiserver authenticated (with --as, the one impersonated), as
+ * its SelfSubjectReview says: what pause, promote, abort and a dead-letter
+ * replay or discard record. Never a typed or local name: when the apiserver
+ * will not say (before Kubernetes 1.28, or the API turned off), the command stops.
+ */
 async function whoAmI(client: KubeClient): Promise<string> {
   const review = await client
     .request<{ status?: { userInfo?: { username?: string } } }>(
@@ -353,8 +358,16 @@ async function whoAmI(client: KubeClient): Promise<string> {
       '/apis/authentication.k8s.io/v1/selfsubjectreviews',
       { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' },
     )
-    .catch(() => undefined);
-  return review?.status?.userInfo?.username ?? process.env.USER ?? os.userInfo().username;
+    .catch((err: Error) => {
+      throw new Error(
+        `the apiserver would not say who you are (SelfSubjectReview, authentication.k8s.io/v1, Kubernetes 1.28 or later), which the audit records: ${err.message}`,
+        { cause: err },
+      );
+    });
+  const user = review.status?.userInfo?.username;
+  if (!user)
+    throw new Error("the apiserver's SelfSubjectReview named no user: the audit needs one");
+  return user;
 }
 
 /** Asks the operator to skip the cohort's current step, or to abort the cohort (../reconcile/cohort.ts). */

@@ -28,6 +28,7 @@ import { resolveJobWorker } from '../kube/jobworker-target.js';
 import { FIELD_MANAGER } from '../reconcile/desired.js';
 import { ClaimStore } from '../../worker/claim-store.js';
 import type { ProcessResult } from './workqueue.js';
+import type { EventReason } from '../reconcile/reasons.js';
 
 /** After the pass, how long replayed jobs are waited for before the replay reports what it saw. */
 const SETTLE_TIMEOUT_MS = 15 * 60_000;
@@ -289,7 +290,7 @@ export class JobReplayController {
     phase: 'Succeeded' | 'Failed' | 'Stopped',
     p: ReplayProgress,
     type: 'Normal' | 'Warning',
-    reason: string,
+    reason: EventReason,
   ): Promise<void> {
     const message =
       phase === 'Stopped'

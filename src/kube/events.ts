@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { KubeClient, KubeObject } from './client.js';
+import type { EventReason } from '../reconcile/reasons.js';
 
 export interface EventTarget {
   apiVersion: string;
@@ -39,7 +40,7 @@ export class EventRecorder {
   async emit(
     target: EventTarget,
     type: 'Normal' | 'Warning',
-    reason: string,
+    reason: EventReason,
     message: string,
   ): Promise<void> {
     const dedupe = `${target.metadata.uid}/${reason}/${message}`;

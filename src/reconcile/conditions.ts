@@ -2,6 +2,7 @@
 // lastTransitionTime changes only when status changes, so an unchanged
 // reconcile computes an identical status (and writes nothing).
 import type { Condition, Phase } from '../api/jobworker.js';
+import type { ReasonOf } from './reasons.js';
 
 export const CONDITION_TYPES = [
   'Available',
@@ -18,12 +19,15 @@ export const CONDITION_TYPES = [
 ] as const;
 export type ConditionType = (typeof CONDITION_TYPES)[number];
 
-export interface ConditionInput {
-  type: ConditionType;
-  status: 'True' | 'False' | 'Unknown';
-  reason: string;
-  message: string;
-}
+/** A condition to set: its reason one the catalog declares for its type (./reasons.ts). */
+export type ConditionInput = {
+  [T in ConditionType]: {
+    type: T;
+    status: 'True' | 'False' | 'Unknown';
+    reason: ReasonOf<T>;
+    message: string;
+  };
+}[ConditionType];
 
 export function setCondition(
   conditions: readonly Condition[],

@@ -1,9 +1,10 @@
 // What a reconcile announces, as Kubernetes Events, once the writes it
 // describes have been made (src/controller/reconciler.ts).
+import type { EventReason } from './reasons.js';
 
 export interface PlanEvent {
   type: 'Normal' | 'Warning';
-  reason: string;
+  reason: EventReason;
   message: string;
   /**
    * The write it announces, when that is the stable Deployment's (a scale, a

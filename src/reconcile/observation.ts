@@ -5,9 +5,10 @@ import type { KubeObject } from '../kube/client.js';
 import type { CapacityReading } from './capacity.js';
 import type { HeadReading, QueueStats } from './queue-age.js';
 import type { DeadLetterInput } from './status.js';
+import type { ProblemReason } from './reasons.js';
 
 export interface Problem {
-  reason: string;
+  reason: ProblemReason;
   message: string;
 }
 

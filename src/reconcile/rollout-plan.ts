@@ -10,6 +10,7 @@ import type { PlanEvent } from './events.js';
 import { checksOf, parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import type { ConditionInput } from './conditions.js';
+import type { ReasonOf } from './reasons.js';
 import {
   TERMINATION_MARGIN_SECONDS,
   revisionOf,
@@ -376,7 +377,11 @@ function gatePhase(i: RolloutInput, revs: Revisions, aim: Aim): Gated | { need: 
   const runningRevision = revs.deployed ?? previous?.currentRevision;
   if (previous?.rollout || !runningRevision || aim.target === runningRevision) return open;
   const entry = (rev: string) => revs.history.find((h) => h.revision === rev);
-  const refuse = (reason: string, message: string, held: Partial<Aim>): Gated => ({
+  const refuse = (
+    reason: ReasonOf<'RolloutBlocked'>,
+    message: string,
+    held: Partial<Aim>,
+  ): Gated => ({
     aim: { ...aim, target: runningRevision, ...held },
     blocked: true,
     refusal: message,

@@ -7,6 +7,8 @@ import type { KubeObject } from '../kube/client.js';
 import { revisionOf } from './desired.js';
 import type { HistoryEntry } from './revisions.js';
 import type { PauseSwitch } from './pause.js';
+import type { Problem } from './observation.js';
+import type { WorkerReason } from './reasons.js';
 import { iso, type RolloutStatus } from './rollout.js';
 
 export interface DeploymentObservation {
@@ -138,7 +140,7 @@ export interface StatusInput {
   generation: number;
   previous: JobWorkerStatus | undefined;
   /** why the spec cannot be acted on (invalid spec, missing Secret…): Degraded, nothing rolled */
-  problems: Array<{ reason: string; message: string }>;
+  problems: Problem[];
   desiredReplicas: number;
   deployment: DeploymentObservation | undefined;
   updateRevision: string | undefined;
@@ -267,7 +269,8 @@ function degradedCondition(i: StatusInput): ConditionInput {
     return {
       type: 'Degraded',
       status: 'True',
-      reason: i.workers.reason,
+      // WorkersReady is False only with a worker's fault (./workers.ts)
+      reason: i.workers.reason as WorkerReason,
       message: i.workers.message,
     };
   return {

@@ -7,6 +7,7 @@ import type { KubeObject } from '../kube/client.js';
 import { NOT_READY_REASONS, PASSING } from '../../worker/readiness.js';
 import type { ConditionInput } from './conditions.js';
 import type { DeploymentObservation } from './status.js';
+import type { WorkerReason } from './reasons.js';
 
 /** How long a Deployment is unavailable before its pods are asked why. */
 export const WORKERS_CHECK_AFTER_MS = 10_000;
@@ -14,7 +15,7 @@ export const WORKERS_CHECK_AFTER_MS = 10_000;
 /** What one unready pod says. */
 export interface WorkerReport {
   pod: string;
-  reason: string;
+  reason: WorkerReason;
   message: string;
   fix?: string;
 }
@@ -45,7 +46,7 @@ const KNOWN: ReadonlySet<string> = new Set(NOT_READY_REASONS);
  */
 export function parseWorkerWords(
   text: string,
-): { reason: string; message: string; fix?: string } | undefined {
+): { reason: WorkerReason; message: string; fix?: string } | undefined {
   for (const line of text.trim().split('\n').reverse()) {
     let o: Record<string, unknown>;
     try {
@@ -54,10 +55,11 @@ export function parseWorkerWords(
       continue;
     }
     if (typeof o.reason !== 'string' || !KNOWN.has(o.reason)) continue;
+    const reason = o.reason as WorkerReason;
     const message =
       typeof o.message === 'string' ? o.message : typeof o.err === 'string' ? o.err : '';
     return {
-      reason: o.reason,
+      reason,
       message: message.slice(0, 300),
       ...(typeof o.fix === 'string' && { fix: o.fix.slice(0, 300) }),
     };
@@ -98,7 +100,7 @@ export function workersReadyCondition(
       message: `${d.readyReplicas} of ${d.replicas} workers are ready; the others are ${reports?.length ? reports[0]!.reason.toLowerCase() : 'starting'}.`,
     };
   // The commonest fault speaks for the fleet; the first pod that has it is named.
-  const count = new Map<string, number>();
+  const count = new Map<WorkerReason, number>();
   for (const f of faults) count.set(f.reason, (count.get(f.reason) ?? 0) + 1);
   const reason = [...count.entries()].sort((a, b) => b[1] - a[1])[0]![0];
   const first = faults.find((f) => f.reason === reason)!;

@@ -6,26 +6,11 @@
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import { LABEL_JOBWORKER, METRICS_PORT } from '../reconcile/desired.js';
 import { PASSING } from '../../worker/readiness.js';
+import { CONTAINER_REASONS, type ContainerReason } from '../reconcile/reasons.js';
 import { parseWorkerWords, type WorkerReport } from '../reconcile/workers.js';
 
 const ASK_AT_MOST = 5;
 
-/** Waiting reasons of a container that never starts, and what to do about each. */
-const IMAGE_OR_CONFIG: Record<string, { message: string; fix: string }> = {
-  ImagePullBackOff: {
-    message: 'the worker image cannot be pulled',
-    fix: 'check spec.image and the pull secret (podTemplate.serviceAccountName)',
-  },
-  ErrImagePull: {
-    message: 'the worker image cannot be pulled',
-    fix: 'check spec.image and the pull secret (podTemplate.serviceAccountName)',
-  },
-  InvalidImageName: { message: 'spec.image is not a valid image name', fix: 'fix spec.image' },
-  CreateContainerConfigError: {
-    message: 'the container cannot be configured (a Secret or key it names is missing)',
-    fix: '`kubectl describe pod` names it; create it or fix the reference',
-  },
-};
 const TIMEOUT_MS = 1000;
 
 export interface PodShape {
@@ -76,12 +61,11 @@ async function reportOf(pod: KubeObject & PodShape): Promise<WorkerReport> {
   const lastWords = last ? parseWorkerWords(last.message ?? '') : undefined;
   // The kubelet cannot start the container at all: the image or its config.
   const waiting = worker?.state?.waiting?.reason;
-  if (waiting && IMAGE_OR_CONFIG[waiting])
+  if (waiting && Object.hasOwn(CONTAINER_REASONS, waiting))
     return {
       pod: name,
-      reason: waiting,
-      message: IMAGE_OR_CONFIG[waiting].message,
-      fix: IMAGE_OR_CONFIG[waiting].fix,
+      reason: waiting as ContainerReason,
+      ...CONTAINER_REASONS[waiting as ContainerReason],
     };
   const url = workerUrl(pod, '/readyz');
   if (url && !worker?.state?.waiting) {

@@ -99,6 +99,8 @@ describe('the Helm chart, rendered', () => {
       'RoleBinding/jobfleet-system/jf-jobfleet-leader-election',
       'Service/jobfleet-system/jf-jobfleet-metrics',
       'ServiceAccount/jobfleet-system/jf-jobfleet',
+      'ValidatingAdmissionPolicy//jf-jobfleet-replay-initiator',
+      'ValidatingAdmissionPolicyBinding//jf-jobfleet-replay-initiator',
     ]);
     // The CRDs are crds/ as generated, with the chart's labels and, by default, kept on uninstall.
     for (const file of ['jobfleet.dev_jobworkers.yaml', 'jobfleet.dev_jobreplays.yaml']) {
@@ -155,6 +157,16 @@ describe('the Helm chart, rendered', () => {
       'RoleBinding/team-a/jf-jobfleet',
       'RoleBinding/team-b/jf-jobfleet',
     ]);
+    // A JobReplay's initiator is bound to its creator in the watched namespaces only.
+    expect(
+      docs.find((d) => d.kind === 'ValidatingAdmissionPolicyBinding')!.spec.matchResources,
+    ).toEqual({
+      namespaceSelector: {
+        matchExpressions: [
+          { key: 'kubernetes.io/metadata.name', operator: 'In', values: ['team-a', 'team-b'] },
+        ],
+      },
+    });
     const c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
     expect(c.image).toBe('ghcr.io/jobfleet/operator:1.2.3');
     expect(c.env).toEqual(
@@ -519,7 +531,7 @@ describe('the Helm chart, installed', () => {
         spec: {
           jobWorker: 'order-shipper',
           selector: { failureClass: 'permanent' },
-          initiator: 'ops',
+          initiator: 'admin', // the test ground's admin user: the chart's policy wants the creator
           reason: 'rbac test',
         },
       },
@@ -651,6 +663,54 @@ describe('the Helm chart, installed', () => {
       await expect(
         as('mallory').get('jobfleet.dev/v1alpha1', 'JobWorker', ns.namespace, 'by-alice'),
       ).rejects.toThrow(/forbidden/);
+
+      // A JobReplay names who asked for it: alice may not say bob did (the chart's
+      // ValidatingAdmissionPolicy), and may say she did.
+      const replay = (name: string, initiator: string) => ({
+        apiVersion: 'jobfleet.dev/v1alpha1',
+        kind: 'JobReplay',
+        metadata: { name, namespace: ns.namespace },
+        spec: {
+          jobWorker: 'by-alice',
+          selector: { failureClass: 'permanent' },
+          initiator,
+          reason: 'INC-7',
+        },
+      });
+      const refusal = await eventually('the policy in force', () =>
+        as('alice')
+          .apply(replay('as-bob', 'bob'), 'alice')
+          .then(
+            async () => {
+              await admin.request(
+                'DELETE',
+                `/apis/jobfleet.dev/v1alpha1/namespaces/${ns.namespace}/jobreplays/as-bob`,
+              );
+              return undefined;
+            },
+            (err: Error) => err.message,
+          ),
+      );
+      expect(refusal).toContain(
+        'spec.initiator must name you, the user creating this JobReplay: set it to "alice" (it names "bob")',
+      );
+      await as('alice').apply(replay('as-alice', 'alice'), 'alice');
+      const kept = await admin.get<Doc>(
+        'jobfleet.dev/v1alpha1',
+        'JobReplay',
+        ns.namespace,
+        'as-alice',
+      );
+      expect(kept.spec.initiator).toBe('alice');
+      // nor may anyone change it afterwards
+      await expect(
+        admin.request(
+          'PATCH',
+          `/apis/jobfleet.dev/v1alpha1/namespaces/${ns.namespace}/jobreplays/as-alice`,
+          { spec: { initiator: 'admin' } },
+          'application/merge-patch+json',
+        ),
+      ).rejects.toThrow(/spec.initiator may not change: it stays "alice"/);
     } finally {
       await uninstall(release);
     }

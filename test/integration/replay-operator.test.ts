@@ -5,6 +5,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, resourcePath, type KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
+import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../../src/reconcile/pause.js';
 import { Permanent, publish } from '../../worker/index.js';
 import { jobfleet } from '../fixtures/jobfleet-cli.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
@@ -435,6 +436,67 @@ describe('the quarantine, seen by the operator', () => {
     await eventually('every replayed job completed', async () =>
       (await h.effects()) === 6 ? true : undefined,
     );
+  });
+
+  it('the audit names the user the apiserver authenticated (two users, each through --as), never a typed name', async () => {
+    const broken = new Set(['u-0', 'u-1']);
+    await failingWorker(broken);
+    const keys = [(await h.job('u-0')).key, (await h.job('u-1')).key];
+    await setUp();
+    await eventually('2 dead letters', async () =>
+      (await h.db.pool.query('select 1 from jobfleet_dead_letters')).rowCount === 2
+        ? true
+        : undefined,
+    );
+    broken.clear();
+    await incidentOver();
+    const kubectl = kubectlWithPlugin(ns.kubeconfigPath);
+    const as = (user: string) => ['--as', user, '--as-group', 'system:masters'];
+    const alice = await replayByPlugin(
+      kubectl,
+      '--key',
+      keys[0]!,
+      '--reason',
+      'carrier fixed',
+      '--initiator',
+      'mallory', // typed: kept beside the reason, not recorded as who
+      '--wait',
+      ...as('alice'),
+    );
+    expect(alice.code, alice.stderr).toBe(0);
+    const bob = await replayByPlugin(
+      kubectl,
+      '--key',
+      keys[1]!,
+      '--reason',
+      'carrier fixed',
+      '--wait',
+      ...as('bob'),
+    );
+    expect(bob.code, bob.stderr).toBe(0);
+    const { rows } = await h.db.pool.query<{ initiator: string; reason: string; key: string }>(
+      `select initiator, reason, key from jobfleet_dead_letter_audit where action = 'replayed' order by id`,
+    );
+    expect(rows).toEqual([
+      { initiator: 'alice', reason: 'carrier fixed (initiator given as mallory)', key: keys[0] },
+      { initiator: 'bob', reason: 'carrier fixed', key: keys[1] },
+    ]);
+    // pause records its user the same way
+    const pause = await kubectl(
+      'jobworker',
+      'pause',
+      'shipper',
+      '-n',
+      ns.namespace,
+      '--reason',
+      'INC-12',
+      ...as('carol'),
+    );
+    expect(pause.code, pause.stderr).toBe(0);
+    expect((await get('JobWorker', 'shipper')).metadata.annotations).toMatchObject({
+      [ANNOTATION_PAUSE_BY]: 'carol',
+      [ANNOTATION_PAUSE_REASON]: 'INC-12',
+    });
   });
 
   it('a JobReplay naming a missing JobWorker waits in Pending and says what to fix', async () => {

@@ -44,17 +44,27 @@ describe('conditions', () => {
   it('lastTransitionTime moves only when the status changes', () => {
     let c = setCondition(
       [],
-      { type: 'Available', status: 'False', reason: 'A', message: 'a' },
+      { type: 'Available', status: 'False', reason: 'NoReplicasAvailable', message: 'a' },
       1,
       t1,
     );
-    c = setCondition(c, { type: 'Available', status: 'False', reason: 'B', message: 'b' }, 2, t2);
+    c = setCondition(
+      c,
+      { type: 'Available', status: 'False', reason: 'Paused', message: 'b' },
+      2,
+      t2,
+    );
     expect(c[0]).toMatchObject({
-      reason: 'B',
+      reason: 'Paused',
       observedGeneration: 2,
       lastTransitionTime: '2026-11-29T10:00:00Z',
     });
-    c = setCondition(c, { type: 'Available', status: 'True', reason: 'C', message: 'c' }, 2, t2);
+    c = setCondition(
+      c,
+      { type: 'Available', status: 'True', reason: 'MinimumReplicasAvailable', message: 'c' },
+      2,
+      t2,
+    );
     expect(c[0]!.lastTransitionTime).toBe('2026-11-29T11:00:00Z');
   });
 

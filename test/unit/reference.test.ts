@@ -1,9 +1,10 @@
 // The reference pages are what the code declares today: the custom
 // resources' fields and the metrics, generated (src/api/reference.ts).
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { referencePages } from '../../src/api/reference.js';
+import { CONDITIONS, EVENTS } from '../../src/reconcile/reasons.js';
 import { repoRoot } from '../ground/control-plane.js';
 
 describe('docs/reference/', () => {
@@ -26,5 +27,22 @@ describe('docs/reference/', () => {
     expect(fields).toMatch(
       /\| `spec\.broker\.queueType` \| classic \\\| quorum \| `"quorum"` \| \w/,
     );
+  });
+
+  it('declares no reason the code never sets (the types refuse one it has not declared)', () => {
+    const dirs = ['src/reconcile', 'src/controller', 'src/signals'];
+    const code = dirs
+      .flatMap((d) =>
+        readdirSync(path.join(repoRoot, d))
+          .filter((f) => f.endsWith('.ts') && f !== 'reasons.ts')
+          .map((f) => readFileSync(path.join(repoRoot, d, f), 'utf8')),
+      )
+      .join('\n');
+    const declared = new Set([
+      ...Object.values(CONDITIONS).flatMap((c) => Object.keys(c.reasons)),
+      ...Object.keys(EVENTS),
+    ]);
+    const unused = [...declared].filter((r) => !code.includes(`'${r}'`));
+    expect(unused).toEqual([]);
   });
 });
