@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration lint typecheck build release chart-docs bench chaos demo dev images control-plane rabbitmq4 clean deps crds docs-ref
+.PHONY: node node-path test test-unit test-integration lint typecheck build release chart-docs bench chaos demo dev images control-plane rabbitmq4 clean deps crds docs-ref docs-diagram
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -62,9 +62,11 @@ build: node_modules
 	tsc -p tsconfig.build.json
 
 ## release: the kubectl plugin as one file (dist/release/kubectl-jobworker: copy it onto your PATH),
-## its krew archive + sha256, and plugins/jobworker.yaml rendered for them (dist/release/jobworker.yaml)
+## its krew archive + sha256, plugins/jobworker.yaml rendered for them (dist/release/jobworker.yaml),
+## and the worker library packed (dist/release/jobfleet-worker-VERSION.tgz: npm install it)
 release: node_modules
 	node --import tsx plugins/build.ts
+	npm pack --workspace worker --pack-destination dist/release
 
 ## chart-docs: charts/jobfleet/README.md from values.yaml's `# --` comments (helm-docs, built with the control plane)
 chart-docs: control-plane
@@ -74,9 +76,13 @@ chart-docs: control-plane
 crds: node_modules
 	node --import tsx src/api/write-crds.ts
 
-## docs-ref: regenerate docs/reference/ (resource fields, metrics) from the code (a unit test fails when they drift)
+## docs-ref: regenerate docs/reference/ (fields, metrics, reasons, CLI help) from the code (a unit test fails when they drift)
 docs-ref: node_modules
 	node --import tsx src/api/write-reference.ts
+
+## docs-diagram: render docs/concepts/architecture.svg from its Graphviz source (needs dot: apt-get install graphviz)
+docs-diagram:
+	dot -Tsvg docs/concepts/architecture.dot -o docs/concepts/architecture.svg
 
 ## control-plane: build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and helm
 ## from the Go module proxy into .cache/kube/<version>/ (once; skipped when KUBEBUILDER_ASSETS is set)

@@ -14,11 +14,8 @@ import { createSchema } from '../ground/postgres.js';
 import { createVhost } from '../ground/rabbit.js';
 import { findServices } from '../ground/services.js';
 
-/** The shell commands of the README's tour block, continuation lines joined, comments dropped. */
-function tourCommands(): string[] {
-  const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('## A five-minute tour'));
-  const block = /```sh\n([\s\S]*?)```/.exec(section)![1]!;
+/** A shell block's commands: continuation lines joined, comments dropped. */
+function commandsOf(block: string): string[] {
   return block
     .replace(/\\\n\s*/g, '')
     .split('\n')
@@ -26,7 +23,27 @@ function tourCommands(): string[] {
     .filter(Boolean);
 }
 
+/** The shell commands of the README's tour block. */
+function tourCommands(): string[] {
+  const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## A five-minute tour'));
+  return commandsOf(/```sh\n([\s\S]*?)```/.exec(section)![1]!);
+}
+
+/** The how-to pages in the order docs/README.md lists them, each with its `sh runnable` blocks' commands. */
+function howToCommands(): Array<{ page: string; commands: string[] }> {
+  const index = readFileSync(path.join(repoRoot, 'docs/README.md'), 'utf8');
+  const pages = [...new Set([...index.matchAll(/\]\((how-to\/[\w-]+\.md)\)/g)].map((m) => m[1]!))];
+  return pages.map((page) => {
+    const text = readFileSync(path.join(repoRoot, 'docs', page), 'utf8');
+    const blocks = [...text.matchAll(/```sh runnable\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    return { page, commands: blocks.flatMap(commandsOf) };
+  });
+}
+
 let ground: DevGround;
+/** the environment the tour ran in: the how-to guides run on after it in the same */
+let tourEnv: NodeJS.ProcessEnv | undefined;
 const cleanups: Array<() => Promise<unknown>> = [];
 afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => undefined);
@@ -74,6 +91,7 @@ describe("the README's tour", () => {
       PATH: `${assetsDir()}:${path.join(work, '.local/bin')}:${path.dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`,
     };
 
+    tourEnv = env;
     const commands = tourCommands();
     expect(commands[0]).toMatch(/^make images /);
     for (const written of commands) {
@@ -101,4 +119,18 @@ describe("the README's tour", () => {
       ground.runner.events.some((e) => e.pod.startsWith('jobfleet-') && e.kind === 'ready'),
     ).toBe(true);
   }, 300_000);
+
+  it("then the how-to guides' runnable blocks, as written, in the order docs/README.md lists them", async () => {
+    expect(tourEnv, 'the tour ran first').toBeDefined();
+    const guides = howToCommands();
+    // every guide but the one that writes code has commands to run
+    expect(guides.filter((g) => g.commands.length).map((g) => g.page)).toEqual(
+      guides.map((g) => g.page).filter((p) => p !== 'how-to/write-a-worker.md'),
+    );
+    for (const { page, commands } of guides)
+      for (const command of commands) {
+        const r = await sh(command, tourEnv!);
+        expect(r.code, `${page}: ${command}\n${r.stdout}\n${r.stderr}`).toBe(0);
+      }
+  }, 900_000);
 });
