@@ -44,8 +44,13 @@ function helm(...args: string[]) {
 }
 
 type Doc = KubeObject & Record<string, any>;
-/** `helm template`; each `set` is a --set, or a --set-json when it starts with "json:". */
-async function render(...set: string[]): Promise<Doc[]> {
+/** The operator's image: the chart has no default (none is published); every install names one. */
+const IMAGE = 'image.repository=registry.example/jobfleet-operator';
+/** The Kubernetes versions the chart is rendered for: its oldest supported and the newest. */
+const KUBE_VERSIONS = ['1.30.0', '1.35.4'] as const;
+
+/** `helm template` for Kubernetes `kube`; each `set` is a --set, or a --set-json when it starts with "json:". */
+async function renderFor(kube: string, ...set: string[]): Promise<Doc[]> {
   const { stdout } = await helm(
     'template',
     'jf',
@@ -53,13 +58,16 @@ async function render(...set: string[]): Promise<Doc[]> {
     '--namespace',
     'jobfleet-system',
     '--kube-version',
-    '1.35.4',
-    ...set.flatMap((s) => (s.startsWith('json:') ? ['--set-json', s.slice(5)] : ['--set', s])),
+    kube,
+    ...[IMAGE, ...set].flatMap((s) =>
+      s.startsWith('json:') ? ['--set-json', s.slice(5)] : ['--set', s],
+    ),
   );
   return parseAllDocuments(stdout)
     .map((d) => d.toJSON() as Doc)
     .filter(Boolean);
 }
+const render = (...set: string[]) => renderFor('1.35.4', ...set);
 /** A ClusterRole the chart folds into the built-in view/edit/admin roles (for people). */
 const aggregated = (d: Doc) =>
   Object.keys(d.metadata?.labels ?? {}).some((l) =>
@@ -78,10 +86,33 @@ const ALL_ON = [
 
 describe('the Helm chart, rendered', () => {
   it('passes helm lint with the defaults, with every option on, and in namespaced mode', async () => {
-    for (const set of [[], ALL_ON, ['watchNamespaces={team-a,team-b}']]) {
-      const { stdout } = await helm('lint', CHART, '--strict', ...set.flatMap((s) => ['--set', s]));
-      expect(stdout).toContain('1 chart(s) linted, 0 chart(s) failed');
-    }
+    for (const kube of KUBE_VERSIONS)
+      for (const set of [[], ALL_ON, ['watchNamespaces={team-a,team-b}']]) {
+        const { stdout } = await helm(
+          'lint',
+          CHART,
+          '--strict',
+          '--kube-version',
+          kube,
+          ...[IMAGE, ...set].flatMap((s) => ['--set', s]),
+        );
+        expect(stdout).toContain('1 chart(s) linted, 0 chart(s) failed');
+      }
+  });
+
+  it('renders the same objects for Kubernetes 1.30 and 1.35, every option on', async () => {
+    const [oldest, newest] = await Promise.all(KUBE_VERSIONS.map((k) => renderFor(k, ...ALL_ON)));
+    expect(kinds(oldest!)).toEqual(kinds(newest!));
+    expect(kinds(newest!)).toContain('ValidatingAdmissionPolicy//jf-jobfleet-replay-initiator');
+  });
+
+  it('without image.repository, refuses to render and says which value to set', async () => {
+    const failure = await helm('template', 'jf', CHART, '--kube-version', '1.35.4').then(
+      () => '',
+      (err: Error & { stderr?: string }) => err.stderr ?? err.message,
+    );
+    expect(failure).toContain('image.repository is not set: no operator image is published yet');
+    expect(failure).toContain('make images REGISTRY=<yours>');
   });
 
   it('by default: the CRDs (kept on uninstall), the operator (2 replicas, probes, restricted), a ClusterRole, the leader-election Role, a PDB', async () => {
@@ -120,7 +151,7 @@ describe('the Helm chart, rendered', () => {
     const dep = docs.find((d) => d.kind === 'Deployment')!;
     expect(dep.spec.replicas).toBe(2);
     const c = dep.spec.template.spec.containers[0];
-    expect(c.image).toBe('ghcr.io/jobfleet/operator:0.1.0');
+    expect(c.image).toBe('registry.example/jobfleet-operator:0.1.0');
     expect(c.readinessProbe.httpGet.path).toBe('/readyz');
     expect(c.livenessProbe.httpGet.path).toBe('/healthz');
     expect(c.securityContext).toMatchObject({
@@ -168,7 +199,7 @@ describe('the Helm chart, rendered', () => {
       },
     });
     const c = docs.find((d) => d.kind === 'Deployment')!.spec.template.spec.containers[0];
-    expect(c.image).toBe('ghcr.io/jobfleet/operator:1.2.3');
+    expect(c.image).toBe('registry.example/jobfleet-operator:1.2.3');
     expect(c.env).toEqual(
       expect.arrayContaining([
         { name: 'JOBFLEET_WATCH_NAMESPACES', value: 'team-a,team-b' },
@@ -365,6 +396,8 @@ describe('the Helm chart, installed', () => {
       `watchNamespaces={${ns.namespace}}`,
       '--set',
       'crds.install=false',
+      '--set',
+      IMAGE,
     );
     return release;
   };
@@ -738,7 +771,7 @@ describe('the Helm chart, upgraded', () => {
       delete scaling.properties.removeIdleFirst;
       delete scaling.default.removeIdleFirst;
       writeFileSync(crdFile, stringify(crd));
-      await helm('install', 'jobfleet', old, '--create-namespace', ...kube);
+      await helm('install', 'jobfleet', old, '--create-namespace', '--set', IMAGE, ...kube);
 
       await client.apply(
         { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shipping' } },
@@ -777,7 +810,7 @@ describe('the Helm chart, upgraded', () => {
         }),
       ).toMatch(/removeIdleFirst: field not declared in schema/);
 
-      await helm('upgrade', 'jobfleet', CHART, ...kube);
+      await helm('upgrade', 'jobfleet', CHART, '--reuse-values', ...kube);
       const upgraded = await client.get<Doc>(
         'apiextensions.k8s.io/v1',
         'CustomResourceDefinition',

@@ -30,10 +30,15 @@ function tourCommands(): string[] {
   return commandsOf(/```sh\n([\s\S]*?)```/.exec(section)![1]!);
 }
 
-/** The how-to pages in the order docs/README.md lists them, each with its `sh runnable` blocks' commands. */
-function howToCommands(): Array<{ page: string; commands: string[] }> {
+/**
+ * The how-to pages in the order docs/README.md lists them, then the upgrade
+ * and the uninstall (last: it removes the operator), each with its
+ * `sh runnable` blocks' commands.
+ */
+function guideCommands(): Array<{ page: string; commands: string[] }> {
   const index = readFileSync(path.join(repoRoot, 'docs/README.md'), 'utf8');
-  const pages = [...new Set([...index.matchAll(/\]\((how-to\/[\w-]+\.md)\)/g)].map((m) => m[1]!))];
+  const howTos = [...index.matchAll(/\]\((how-to\/[\w-]+\.md)\)/g)].map((m) => m[1]!);
+  const pages = [...new Set(howTos), 'upgrade.md', 'uninstall.md'];
   return pages.map((page) => {
     const text = readFileSync(path.join(repoRoot, 'docs', page), 'utf8');
     const blocks = [...text.matchAll(/```sh runnable\n([\s\S]*?)```/g)].map((m) => m[1]!);
@@ -120,9 +125,9 @@ describe("the README's tour", () => {
     ).toBe(true);
   }, 300_000);
 
-  it("then the how-to guides' runnable blocks, as written, in the order docs/README.md lists them", async () => {
+  it('then the runnable blocks of the how-to guides (in the order docs/README.md lists them), the upgrade and the uninstall, as written', async () => {
     expect(tourEnv, 'the tour ran first').toBeDefined();
-    const guides = howToCommands();
+    const guides = guideCommands();
     // every guide but the one that writes code has commands to run
     expect(guides.filter((g) => g.commands.length).map((g) => g.page)).toEqual(
       guides.map((g) => g.page).filter((p) => p !== 'how-to/write-a-worker.md'),
