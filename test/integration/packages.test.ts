@@ -5,48 +5,12 @@
 // its local cache); the worker API imported on the pinned Node; the
 // docs/worker.md example type-checked against the installed types under
 // `strict` and `skipLibCheck: false`, with NodeNext and node10 resolution.
-import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { npmInstall, pack, run, tsc, type Packed } from '../fixtures/npm.js';
 import { repoRoot } from '../ground/control-plane.js';
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-const TIMEOUT_MS = 240_000;
-const run = (file: string, args: string[], cwd: string) =>
-  new Promise<Run>((resolve) =>
-    execFile(file, args, { cwd, timeout: TIMEOUT_MS, maxBuffer: 64 << 20 }, (err, stdout, stderr) =>
-      resolve({
-        code: err ? (typeof err.code === 'number' ? err.code : 1) : 0,
-        stdout,
-        stderr: err?.killed ? `${stderr}\n(killed after ${TIMEOUT_MS / 1000} s)` : stderr,
-      }),
-    ),
-  );
-const npm = (args: string[], cwd: string) => run('npm', args, cwd);
-const tsc = (project: string, cwd: string) =>
-  run(
-    process.execPath,
-    [path.join(repoRoot, 'node_modules/typescript/bin/tsc'), '-p', project],
-    cwd,
-  );
-
-interface Packed {
-  filename: string;
-  files: Array<{ path: string }>;
-}
-async function pack(args: string[], into: string): Promise<Packed> {
-  const r = await npm(['pack', ...args, '--pack-destination', into, '--json'], repoRoot);
-  expect(r.code, r.stderr).toBe(0);
-  // prepack's build prints before npm's JSON
-  const [packed] = JSON.parse(r.stdout.slice(r.stdout.indexOf('\n[') + 1)) as Packed[];
-  return { ...packed!, filename: path.join(into, packed!.filename) };
-}
 
 /** A scratch project with these tarballs installed, as `npm install <tarball>` does it. */
 async function scratch(work: string, name: string, tarballs: string[]): Promise<string> {
@@ -56,24 +20,7 @@ async function scratch(work: string, name: string, tarballs: string[]): Promise<
     path.join(dir, 'package.json'),
     JSON.stringify({ name, private: true, type: 'module' }),
   );
-  // --loglevel=http puts each registry fetch and its failure in stderr, so a
-  // failed install says why. What earlier runs took for registry stalls (and
-  // retried) was npm failing TLS with SELF_SIGNED_CERT_IN_CHAIN: the
-  // environment had lost the proxy's CA (NODE_EXTRA_CA_CERTS).
-  const r = await npm(
-    [
-      'install',
-      '--prefer-offline',
-      '--no-audit',
-      '--no-fund',
-      '--fetch-timeout=20000',
-      '--fetch-retries=5',
-      '--loglevel=http',
-      ...tarballs,
-    ],
-    dir,
-  );
-  expect(r.code, r.stderr.slice(-4000)).toBe(0);
+  await npmInstall(tarballs, dir);
   return dir;
 }
 
