@@ -1,7 +1,7 @@
 // Reconcile one JobWorker, by key, in three rooms: observe (./observe.ts,
-// reads only) → plan (src/reconcile/plan.ts, pure) → apply (here): server-side
-// apply of the children, then the status write, then the events of what
-// changed. Level-triggered and idempotent: everything is read again each time,
+// reads only) → plan (src/reconcile/plan.ts, pure) → apply (here): the plan's
+// writes in its order (src/reconcile/writes.ts decides which object is which),
+// then the status write, then the events of what was written. Level-triggered and idempotent: everything is read again each time,
 // and a steady state makes no writes at all.
 import { createHash } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
@@ -20,6 +20,7 @@ import {
 } from '../reconcile/plan.js';
 import { DELETION_COST } from '../reconcile/scale-down.js';
 import { isSubset } from '../reconcile/subset.js';
+import type { Write } from '../reconcile/writes.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { Observer, type ObjectCache } from './observe.js';
 import { answerNeed } from './plan-reads.js';
@@ -147,40 +148,14 @@ export class JobWorkerReconciler {
     // the stable Deployment is as the plan has it (written now, or already so)
     let deploymentAsPlanned = false;
     try {
-      // A revision's spec is recorded before its first pod can start.
-      for (const record of plan.records) await this.record(raw, record);
-      // No Deployment in the synced cache: a new JobWorker (or its children
-      // deleted). Server-side apply creates what is absent, so nothing is
-      // read first.
-      const fresh = !obs.deployment;
-      // The idlest pods marked before the replicas go down (../reconcile/scale-down.ts): the
-      // ReplicaSet picks its victims when the Deployment's replicas change.
-      for (const w of plan.podCosts ?? []) await this.markPod(namespace, w.pod, w.cost);
-      const deployment = plan.children.find(
-        (c) => c.kind === 'Deployment' && c.metadata.name === name,
-      );
-      if (deployment) {
-        const applied = await this.ensure(deployment, obs.deployment, fresh);
-        created = fresh && applied !== undefined;
-        deploymentWritten = applied !== undefined;
-        deploymentAsPlanned = true;
+      for (const w of plan.writes) {
+        const written = await this.carryOut(namespace, raw, w);
+        if (w.op === 'apply' && w.role === 'stable') {
+          created = w.absent && written;
+          deploymentWritten = written;
+          deploymentAsPlanned = true;
+        }
       }
-      for (const child of plan.children) {
-        if (child === deployment) continue;
-        // A Cohort rollout's Deployment is watched too: its cache entry, or absent.
-        const cohort = child.kind === 'Deployment';
-        await this.ensure(
-          child,
-          cohort ? obs.cohortDeployment : undefined,
-          cohort ? !obs.cohortDeployment : fresh,
-        );
-      }
-      for (const r of plan.remove) {
-        this.d.metrics.apiWrites.inc({ kind: r.kind });
-        await this.d.client.delete(r.apiVersion, r.kind, namespace, r.name);
-      }
-      for (const record of plan.prune)
-        await this.d.client.delete('apps/v1', 'ControllerRevision', namespace, record);
     } catch (err) {
       applyError = err instanceof Error ? err : new Error(String(err));
     }
@@ -221,6 +196,24 @@ export class JobWorkerReconciler {
     if (applyError) throw applyError;
     if (obs.problems.length) throw new NeedsAttention(obs.problems.map((p) => p.message).join(' '));
     return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
+  }
+
+  /** One of the plan's writes (../reconcile/writes.ts); true when it changed something. */
+  private async carryOut(namespace: string, jw: KubeObject, w: Write): Promise<boolean> {
+    switch (w.op) {
+      case 'record':
+        await this.record(jw, w.object);
+        return true;
+      case 'podCost':
+        await this.markPod(namespace, w.pod, w.cost);
+        return true;
+      case 'apply':
+        return (await this.ensure(w.object, w.live, w.absent)) !== undefined;
+      case 'delete':
+        this.d.metrics.apiWrites.inc({ kind: w.kind });
+        await this.d.client.delete(w.apiVersion, w.kind, namespace, w.name);
+        return true;
+    }
   }
 
   /** This JobWorker's Deployment was applied (or found as desired) since the operator last forgot it. */

@@ -1,6 +1,6 @@
 // One JobWorker reconcile's decisions, pure: from an Observation (what the
-// controller read), the scaler's memory and the time, to the children to
-// apply, the full status, the events a change deserves, the gauges, and when
+// controller read), the scaler's memory and the time, to the writes to
+// make (./writes.ts), the full status, the events a change deserves, the gauges, and when
 // to look again. Like planRollout, it asks (`need`) for the few reads that
 // matter only in some states, and is called again with the answer.
 import type { JobWorker, JobWorkerStatus } from '../api/jobworker.js';
@@ -21,6 +21,7 @@ import {
 } from './desired.js';
 import { pauseSwitch, wasPaused } from './pause.js';
 import { chooseRemovals, type PodLoad, type Removal } from './scale-down.js';
+import { writesOf, type FleetWrites, type Write } from './writes.js';
 import { iso } from './rollout.js';
 import { workersNeedChecking, workersReadyCondition, type WorkerReport } from './workers.js';
 import { queueAge, type AgeMemory, type AgeSource, type EstimatedBecause } from './queue-age.js';
@@ -74,21 +75,13 @@ export interface ScalingOutcome {
 }
 
 export interface Plan {
-  /** children to apply (Deployment first); none while the spec or its Secrets are broken */
-  children: KubeObject[];
-  /** created when absent, never patched: the spec revision's ControllerRevision */
-  records: KubeObject[];
-  /** ControllerRevisions of revisions dropped from history, to delete */
-  prune: string[];
+  /** what to write, in order (./writes.ts); none while the spec or its Secrets are broken */
+  writes: Write[];
   status: JobWorkerStatus;
   /** emitted once the status that carries the change is written */
   events: PlanEvent[];
-  /** children to delete: a Cohort rollout's Deployment once it is over */
-  remove: Array<{ apiVersion: string; kind: string; name: string }>;
   /** only when this reconcile creates the Deployment */
   createdEvent?: PlanEvent;
-  /** pod-deletion-cost annotations to write before the Deployment (./scale-down.ts) */
-  podCosts?: Removal['writes'];
   /** deliveries the pods chosen for removal hold: counted by the operator's metric */
   scaleDownHeld?: number;
   memory?: ScalingMemory;
@@ -202,14 +195,11 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       }),
   });
   return {
-    children: fleet.children,
-    records: fleet.records,
-    prune: fleet.prune,
-    remove: fleet.remove,
+    writes: writesOf(obs, { ...fleet, ...(removal && { podCosts: removal.writes }) }),
     status,
     events: [...fleet.events, ...problemEvents(obs), ...w.events, ...pauseEvents(obs, r)],
     ...(fleet.createdEvent && { createdEvent: fleet.createdEvent }),
-    ...(removal && { podCosts: removal.writes, scaleDownHeld: removal.heldDeliveries }),
+    ...(removal && { scaleDownHeld: removal.heldDeliveries }),
     ...(r.scaled && { memory: nextMemory(i.memory, r, fleet.cohortMemory) }),
     ...(r.scaling && { scaling: r.scaling }),
     desiredReplicas: r.desiredReplicas,
@@ -283,7 +273,7 @@ interface Fleet {
   children: KubeObject[];
   records: KubeObject[];
   prune: string[];
-  remove: Plan['remove'];
+  remove: FleetWrites['remove'];
   events: PlanEvent[];
   createdEvent?: PlanEvent;
   removal?: Removal;

@@ -30,6 +30,7 @@ import { answerFromWorld } from './sequence-answers.js';
 import { Transcript } from './transcript.js';
 import type { Observation } from '../../src/reconcile/observation.js';
 import { planToCompletion, type Plan, type ScalingMemory } from '../../src/reconcile/plan.js';
+import { applied, deleted, recorded } from './plan-writes.js';
 
 const TOTAL = 4;
 const PREFETCH = 8;
@@ -216,15 +217,15 @@ class World {
     );
     this.memory = plan.memory;
     this.transcript.step(this.t, this.generation, this.pods, plan);
-    for (const r of plan.records) {
+    for (const r of recorded(plan)) {
       const rev = String((r as { revision?: number }).revision);
       if (!this.records.has(rev))
         this.records.set(rev, (r as unknown as { data: Record<string, unknown> }).data);
     }
-    for (const d of plan.children.filter((c) => c.kind === 'Deployment')) this.applyDeployment(d);
-    for (const r of plan.remove) {
-      this.deployments.delete(r.name);
-      for (const p of this.pods) if (p.owner === r.name) this.terminate(p);
+    for (const d of applied(plan).filter((c) => c.kind === 'Deployment')) this.applyDeployment(d);
+    for (const name of deleted(plan, 'Deployment')) {
+      this.deployments.delete(name);
+      for (const p of this.pods) if (p.owner === name) this.terminate(p);
     }
     if (JSON.stringify(plan.status) !== JSON.stringify(this.status))
       for (const e of plan.events)

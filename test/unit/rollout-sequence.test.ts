@@ -24,6 +24,7 @@ import { gate, type Contract } from '../../src/reconcile/rollout.js';
 import { prng } from '../ground/prng.js';
 import { answerFromWorld } from './sequence-answers.js';
 import { Transcript } from './transcript.js';
+import { applied, deleted, recorded } from './plan-writes.js';
 
 const REPLICAS = 2;
 const START_S = 2; // a pod is ready this long after it is created
@@ -190,13 +191,14 @@ class World {
     this.memory = plan.memory;
     this.transcript.step(this.t, this.generation, this.pods, plan);
     // ControllerRevisions: created once, never patched; pruned by name
-    for (const r of plan.records) {
+    for (const r of recorded(plan)) {
       const rev = String((r as { revision?: number }).revision);
       if (!this.records.has(rev))
         this.records.set(rev, (r as unknown as { data: Record<string, unknown> }).data);
     }
-    for (const name of plan.prune) this.records.delete(name.slice(name.lastIndexOf('-') + 1));
-    const desired = plan.children.find((c) => c.kind === 'Deployment') as KubeObject;
+    for (const name of deleted(plan, 'ControllerRevision'))
+      this.records.delete(name.slice(name.lastIndexOf('-') + 1));
+    const desired = applied(plan).find((c) => c.kind === 'Deployment') as KubeObject;
     const changed = JSON.stringify(desired.spec) !== JSON.stringify(this.deployment?.spec);
     if (changed) {
       const generation = (this.deployment?.metadata.generation ?? 0) + 1;

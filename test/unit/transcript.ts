@@ -6,6 +6,7 @@
 // assertion.
 import type { Plan } from '../../src/reconcile/plan.js';
 import { revisionOf } from '../../src/reconcile/desired.js';
+import { applied } from './plan-writes.js';
 
 /** A simulated pod as the harnesses keep it: terminating once it has a terminatingAt. */
 export interface SeenPod {
@@ -50,7 +51,7 @@ function seen(pods: readonly SeenPod[]): string {
 }
 
 function decided(plan: Plan): string {
-  const deployments = plan.children
+  const deployments = applied(plan)
     .filter((c) => c.kind === 'Deployment')
     .map((d) => {
       const cohort = d.metadata.name.endsWith('-cohort') ? 'cohort ' : '';
