@@ -208,7 +208,7 @@ describe('the Helm chart, rendered', () => {
     );
   });
 
-  it('takes the scheduling, labelling and security values clusters usually need, and extra objects', async () => {
+  it('takes the scheduling, labelling, security, pull-secret and volume values clusters usually need, and extra objects', async () => {
     const docs = await render(
       'podLabels.team=payments',
       'priorityClassName=system-cluster-critical',
@@ -217,6 +217,9 @@ describe('the Helm chart, rendered', () => {
       'json:topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"ScheduleAnyway","labelSelector":{"matchLabels":{"app.kubernetes.io/name":"jobfleet"}}}]',
       'json:podSecurityContext={"runAsNonRoot":true,"runAsUser":10001,"seccompProfile":{"type":"RuntimeDefault"}}',
       'json:extraObjects=[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"{{ .Release.Name }}-extra"},"data":{"k":"v"}}]',
+      'json:extraVolumes=[{"name":"ca","configMap":{"name":"corp-ca"}}]',
+      'json:extraVolumeMounts=[{"name":"ca","mountPath":"/etc/corp-ca","readOnly":true}]',
+      'json:imagePullSecrets=[{"name":"registry-creds"}]',
     );
     const pod = docs.find((d) => d.kind === 'Deployment')!.spec.template;
     expect(pod.metadata.labels).toMatchObject({ team: 'payments' });
@@ -227,7 +230,10 @@ describe('the Helm chart, rendered', () => {
       runAsUser: 10001,
       seccompProfile: { type: 'RuntimeDefault' },
     });
+    expect(pod.spec.imagePullSecrets).toEqual([{ name: 'registry-creds' }]);
+    expect(pod.spec.volumes).toEqual([{ name: 'ca', configMap: { name: 'corp-ca' } }]);
     const c = pod.spec.containers[0];
+    expect(c.volumeMounts).toEqual([{ name: 'ca', mountPath: '/etc/corp-ca', readOnly: true }]);
     expect(c.env).toContainEqual({ name: 'HTTPS_PROXY', value: 'http://proxy:3128' });
     // the container's own context stays restricted unless overridden
     expect(c.securityContext).toMatchObject({ readOnlyRootFilesystem: true, runAsNonRoot: true });
