@@ -10,7 +10,7 @@ import { API_VERSION, KIND, LIMITED_BY, type JobWorkerStatus } from '../api/jobw
 import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder, type EventTarget } from '../kube/events.js';
 import type { OperatorMetrics } from '../metrics.js';
-import { cohortDeploymentName, FIELD_MANAGER } from '../reconcile/desired.js';
+import { FIELD_MANAGER } from '../reconcile/desired.js';
 import type { Observation } from '../reconcile/observation.js';
 import {
   planToCompletionAsync,
@@ -52,8 +52,11 @@ export interface ReconcilerDeps {
 }
 
 export class JobWorkerReconciler {
-  /** object key → resourceVersion we last applied or verified, per desired hash */
-  private readonly verified = new Map<string, { hash: string; rv: string; at: number }>();
+  /** per JobWorker (namespace/name): each child's resourceVersion we last applied or verified, per desired hash */
+  private readonly verified = new Map<
+    string,
+    Map<string, { hash: string; rv: string; at: number }>
+  >();
   /** per JobWorker (namespace/name): its uid and the ControllerRevisions known to exist */
   private readonly recorded = new Map<string, { uid: string; names: Set<string> }>();
   /** per JobWorker: a digest of the status last written, and the resourceVersion it was written over */
@@ -208,7 +211,7 @@ export class JobWorkerReconciler {
         await this.markPod(namespace, w.pod, w.cost);
         return true;
       case 'apply':
-        return (await this.ensure(w.object, w.live, w.absent)) !== undefined;
+        return (await this.ensure(jw, w.object, w.live, w.absent)) !== undefined;
       case 'delete':
         this.d.metrics.apiWrites.inc({ kind: w.kind });
         await this.d.client.delete(w.apiVersion, w.kind, namespace, w.name);
@@ -218,7 +221,7 @@ export class JobWorkerReconciler {
 
   /** This JobWorker's Deployment was applied (or found as desired) since the operator last forgot it. */
   appliedDeployment(namespace: string, name: string): boolean {
-    return this.verified.has(`Deployment/${namespace}/${name}`);
+    return this.verified.get(`${namespace}/${name}`)?.has(`Deployment/${name}`) ?? false;
   }
 
   private emit(target: EventTarget, e: PlanEvent): Promise<void> {
@@ -283,14 +286,19 @@ export class JobWorkerReconciler {
    * object as the server has it after the apply (or undefined when skipped).
    */
   private async ensure(
+    jw: KubeObject,
     desired: KubeObject,
     live?: KubeObject,
     absent = false,
   ): Promise<KubeObject | undefined> {
-    const k = `${desired.kind}/${desired.metadata.namespace}/${desired.metadata.name}`;
+    const owner = `${jw.metadata.namespace}/${jw.metadata.name}`;
+    const children =
+      this.verified.get(owner) ?? new Map<string, { hash: string; rv: string; at: number }>();
+    this.verified.set(owner, children);
+    const k = `${desired.kind}/${desired.metadata.name}`;
     // a digest, not the JSON itself: kept per child of every JobWorker
     const h = sha1(JSON.stringify(desired));
-    const known = this.verified.get(k);
+    const known = children.get(k);
     const now = this.now().getTime();
     // Children without a watch (Service, PDB): trust a recent verification of
     // the same desired object instead of a GET per reconcile.
@@ -309,11 +317,11 @@ export class JobWorkerReconciler {
     if (current && known?.hash === h && known.rv === current.metadata.resourceVersion)
       return undefined;
     if (current && isSubset(desired, current)) {
-      this.verified.set(k, { hash: h, rv: current.metadata.resourceVersion ?? '', at: now });
+      children.set(k, { hash: h, rv: current.metadata.resourceVersion ?? '', at: now });
       return undefined;
     }
     const applied = await this.write(desired);
-    this.verified.set(k, { hash: h, rv: applied.metadata.resourceVersion ?? '', at: now });
+    children.set(k, { hash: h, rv: applied.metadata.resourceVersion ?? '', at: now });
     return applied;
   }
 
@@ -361,13 +369,7 @@ export class JobWorkerReconciler {
     for (const g of [m.oldestAge, m.queueDepth, m.desiredReplicas, m.targetAge, m.rolloutBlocked])
       g.remove(labels);
     for (const reason of LIMITED_BY) m.limitedBy.remove({ ...labels, reason });
-    for (const k of [...this.verified.keys()])
-      if (
-        k.endsWith(`/${namespace}/${name}`) ||
-        k.endsWith(`/${namespace}/${name}-metrics`) ||
-        k.endsWith(`/${namespace}/${cohortDeploymentName(name)}`)
-      )
-        this.verified.delete(k);
+    this.verified.delete(`${namespace}/${name}`);
   }
 }
 
