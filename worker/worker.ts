@@ -340,6 +340,7 @@ class QueueWorker implements Worker {
   private async connectBroker(startingUp = false): Promise<void> {
     for (let attempt = 0; !this.retrying.signal.aborted; attempt++) {
       let conn: ChannelModel | undefined;
+      let adopted = false;
       try {
         const ca = this.config.tlsCaFile ? [readFileSync(this.config.tlsCaFile)] : undefined;
         // No Nagle: an ack is a small frame on the way to the next delivery,
@@ -376,13 +377,21 @@ class QueueWorker implements Worker {
         if (this.retrying.signal.aborted) throw new Error('stopped while connecting');
         this.conn = conn;
         this.channel = ch;
+        adopted = true;
         this.brokerTrouble = undefined;
         if (this.storeOk) await this.consume();
         return;
       } catch (err) {
+        // A consume refused after the connection was taken on (its queue
+        // deleted between declare and consume, as in a failover): let go of it
+        // first, so that its close starts no second reconnect, then close it.
+        // Dropped already (a cancel meanwhile): that reconnect is under way,
+        // and this loop ends here rather than open a connection beside it.
+        const dropped = adopted && conn !== this.conn;
+        if (adopted && conn === this.conn) this.letGo();
         // a connection this attempt opened and did not keep: closed, not leaked
-        if (conn && conn !== this.conn) await conn.close().catch(() => undefined);
-        if (this.retrying.signal.aborted) return;
+        if (conn) await conn.close().catch(() => undefined);
+        if (this.retrying.signal.aborted || dropped) return;
         this.brokerTrouble = brokerProblem(err, compactReason);
         if (startingUp && this.brokerTrouble.reason !== 'BrokerUnreachable')
           throw new Misconfigured(this.brokerTrouble);
@@ -395,13 +404,19 @@ class QueueWorker implements Worker {
     }
   }
 
-  private onBrokerClosed(conn: ChannelModel): void {
-    if (conn !== this.conn) return;
+  /** Forgets the connection in use and its consumers (their deliveries settle on its channel). */
+  private letGo(): void {
     this.conn = undefined;
     this.blocked = undefined;
     this.channel = undefined;
     this.consumerTag = undefined;
+    this.overLimitTag = undefined;
     this.head.consuming(false);
+  }
+
+  private onBrokerClosed(conn: ChannelModel): void {
+    if (conn !== this.conn) return;
+    this.letGo();
     if (this.retrying.signal.aborted) return;
     // Unacked deliveries go back to the queue with the connection; in-flight
     // handlers finish and record, and their redeliveries are acked as duplicates.

@@ -195,7 +195,11 @@ describe('a consumer cancelled by the broker', () => {
     expect(w.outcomes).toEqual(['completed']);
     await eventually(
       `the connection count back to ${before}`,
-      async () => ((await connections()) === before ? true : undefined),
+      async () => {
+        const now = await connections();
+        if (now === before) return true;
+        throw new Error(`${now} connections`); // a timeout says how many were left
+      },
       20_000,
       250,
     );
