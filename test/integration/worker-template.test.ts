@@ -5,6 +5,7 @@
 // filesystem and the app read-only, only a fresh /tmp writable (a private
 // mount namespace: unshare -m). Its producer's jobs complete.
 import { execFile, spawn } from 'node:child_process';
+import amqp from 'amqplib';
 import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,7 +25,9 @@ const work = mkdtempSync('/var/tmp/jobfleet-template-');
 const app = path.join(work, 'order-worker');
 let rabbit: RabbitVhost;
 let db: PgSchema;
+let running: ReturnType<typeof spawn> | undefined;
 afterAll(async () => {
+  running?.kill('SIGKILL'); // a test that timed out left it
   await rabbit?.cleanup();
   await db?.cleanup();
   rmSync(work, { recursive: true, force: true });
@@ -60,6 +63,20 @@ function readOnlyRoot(command: string, env: NodeJS.ProcessEnv) {
   });
 }
 
+/** Consumers on the work queue, read live (a passive declare; a missing queue reads 0). */
+async function consumers(): Promise<number> {
+  const conn = await amqp.connect(rabbit.amqpUrl);
+  try {
+    const ch = await conn.createChannel();
+    ch.on('error', () => undefined);
+    return (await ch.checkQueue('orders.ship')).consumerCount;
+  } catch {
+    return 0;
+  } finally {
+    await conn.close().catch(() => undefined);
+  }
+}
+
 /** node in the app with `env` (the producer needs the worker's broker settings). */
 function runWith(env: NodeJS.ProcessEnv, args: string[]) {
   return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
@@ -84,6 +101,7 @@ describe('the worker template', () => {
       LOG_LEVEL: 'warn',
     };
     const worker = readOnlyRoot(`"${process.execPath}" dist/worker.js`, env);
+    running = worker;
     let stderr = '';
     worker.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
     const exited = new Promise<number | null>((r) => worker.once('exit', r));
@@ -94,11 +112,8 @@ describe('the worker template', () => {
         async () => {
           if (worker.exitCode !== null)
             throw new Error(`worker exited ${worker.exitCode}: ${stderr}`);
-          const q = (await rabbit.mgmt.request(
-            'GET',
-            `/api/queues/${encodeURIComponent(rabbit.vhost)}/orders.ship`,
-          )) as { consumers?: number };
-          return q.consumers ? true : undefined;
+          const q = await consumers();
+          return q ? true : undefined;
         },
         60_000,
         250,
@@ -117,5 +132,5 @@ describe('the worker template', () => {
       worker.kill('SIGTERM');
       await exited;
     }
-  });
+  }, 300_000);
 });
