@@ -6,7 +6,7 @@
 // mount namespace: unshare -m). Its producer's jobs complete.
 import { execFile, spawn } from 'node:child_process';
 import amqp from 'amqplib';
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { npm, npmInstall, pack } from '../fixtures/npm.js';
@@ -42,23 +42,27 @@ beforeAll(async () => {
 }, 480_000);
 
 /**
- * Runs `command` in the app under a read-only root: a private mount namespace
- * where / and the app are remounted read-only and /tmp is a fresh tmpfs. It
- * first proves the constraint holds (exit 90 if / or the app can be written).
+ * Runs the worker in the app under a read-only root: a private mount
+ * namespace where / and the app are remounted read-only and /tmp is a fresh
+ * tmpfs. The Node running the tests is bound into the app first (it may live
+ * under /tmp, as in a checkout there). The script proves the constraint holds
+ * before it starts the worker (exit 90 if / or the app can be written).
  */
-function readOnlyRoot(command: string, env: NodeJS.ProcessEnv) {
+function readOnlyRoot(env: NodeJS.ProcessEnv) {
+  mkdirSync(path.join(app, '.node'), { recursive: true });
   const script = [
     'set -e',
     'mount --bind "$APP" "$APP" && mount -o remount,bind,ro "$APP"',
+    'mount --bind "$NODE_HOME" "$APP/.node" && mount -o remount,bind,ro "$APP/.node"',
     'mount -t tmpfs -o size=64m tmpfs /tmp',
     'mount -o remount,bind,ro /',
     'if touch "$APP/.probe" 2>/dev/null || touch /var/.probe 2>/dev/null; then echo "writable outside /tmp" >&2; exit 90; fi',
     'touch /tmp/.probe',
     'cd "$APP"',
-    `exec ${command}`,
+    `exec "$APP/.node/${path.basename(process.execPath)}" dist/worker.js`,
   ].join('\n');
   return spawn('unshare', ['-m', '--propagation', 'private', 'sh', '-c', script], {
-    env: { ...env, APP: app },
+    env: { ...env, APP: app, NODE_HOME: path.dirname(process.execPath) },
     stdio: ['ignore', 'inherit', 'pipe'],
   });
 }
@@ -100,7 +104,7 @@ describe('the worker template', () => {
       JOBFLEET_METRICS_PORT: '0',
       LOG_LEVEL: 'warn',
     };
-    const worker = readOnlyRoot(`"${process.execPath}" dist/worker.js`, env);
+    const worker = readOnlyRoot(env);
     running = worker;
     let stderr = '';
     worker.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
