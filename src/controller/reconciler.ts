@@ -1,8 +1,9 @@
 // Reconcile one JobWorker, by key, in three rooms: observe (./observe.ts,
 // reads only) → plan (src/reconcile/plan.ts, pure) → apply (here): the plan's
 // writes in its order (src/reconcile/writes.ts decides which object is which),
-// then the status write, then the events of what was written. Level-triggered and idempotent: everything is read again each time,
-// and a steady state makes no writes at all.
+// then the status write, then the events of what was written. Level-triggered
+// and idempotent: everything is read again each time, and a steady state
+// makes no writes at all.
 import { createHash } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
@@ -201,7 +202,7 @@ export class JobWorkerReconciler {
     return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
   }
 
-  /** One of the plan's writes (../reconcile/writes.ts); true when it changed something. */
+  /** One of the plan's writes (../reconcile/writes.ts); for an apply, whether it wrote (false: all live already). */
   private async carryOut(namespace: string, jw: KubeObject, w: Write): Promise<boolean> {
     switch (w.op) {
       case 'record':

@@ -48,8 +48,10 @@ export interface ConditionDoc {
 }
 
 /** `o` with each value mapped, keeping its keys in the type (Object.fromEntries loses them). */
-const mapValues = <T extends Record<string, string>, U>(o: T, f: (v: string) => U) =>
-  Object.fromEntries(Object.entries(o).map(([k, v]) => [k, f(v)])) as { [K in keyof T]: U };
+const mapValues = <T extends object, U>(o: T, f: (v: T[keyof T]) => U) =>
+  Object.fromEntries(Object.entries(o).map(([k, v]) => [k, f(v as T[keyof T])])) as {
+    [K in keyof T]: U;
+  };
 
 export const CONDITIONS = {
   Available: {
@@ -178,123 +180,117 @@ export type ReasonOf<T extends ConditionType> =
   | (T extends 'Degraded' | 'WorkersReady' ? WorkerReason : never);
 export type ConditionReason = ReasonOf<ConditionType>;
 
-/** The Events the operator records, on the JobWorker or the JobReplay they concern. */
-export const EVENTS = {
+interface EventDoc {
+  type: 'Normal' | 'Warning' | 'Normal or Warning';
+  when: string;
+}
+
+/** The Events the operator records on a JobWorker. */
+const JOBWORKER_EVENTS = {
   DeploymentCreated: {
-    on: 'JobWorker',
     type: 'Normal',
     when: 'The worker Deployment was created.',
   },
   RevisionChanged: {
-    on: 'JobWorker',
     type: 'Normal',
     when: 'A new revision (a spec change that reaches the pods) starts rolling out.',
   },
-  ScaledUp: { on: 'JobWorker', type: 'Normal', when: 'Replicas rose; the message says why.' },
-  ScaledDown: { on: 'JobWorker', type: 'Normal', when: 'Replicas fell; the message says why.' },
+  ScaledUp: { type: 'Normal', when: 'Replicas rose; the message says why.' },
+  ScaledDown: { type: 'Normal', when: 'Replicas fell; the message says why.' },
   WorkersNotReady: {
-    on: 'JobWorker',
     type: 'Warning',
     when: 'Worker pods report a fault (WorkersReady=False); the message names it and the fix.',
   },
-  Paused: { on: 'JobWorker', type: 'Normal', when: 'A person paused the fleet (who and why).' },
-  Resumed: { on: 'JobWorker', type: 'Normal', when: 'A person resumed the fleet (who and why).' },
+  Paused: { type: 'Normal', when: 'A person paused the fleet (who and why).' },
+  Resumed: { type: 'Normal', when: 'A person resumed the fleet (who and why).' },
   RolloutBlocked: {
-    on: 'JobWorker',
     type: 'Warning',
     when: 'A revision was blocked by the compatibility gate (RolloutBlocked=True).',
   },
   KeyRuleChangeAllowed: {
-    on: 'JobWorker',
     type: 'Warning',
     when: 'A key-rule change went ahead under the allow annotation, the queue having drained.',
   },
   RevisionAborted: {
-    on: 'JobWorker',
     type: 'Warning',
     when: 'A revision was aborted by its analysis (crash-looping, or age rising); a rollback follows.',
   },
   RollbackStarted: {
-    on: 'JobWorker',
     type: 'Normal or Warning',
     when: 'A rollback began (Warning when automatic): drain first.',
   },
   Drained: {
-    on: 'JobWorker',
     type: 'Normal or Warning',
     when: 'A drain ended: Normal within the deadline, Warning when the deadline cut it short.',
   },
   RollbackComplete: {
-    on: 'JobWorker',
     type: 'Normal',
     when: 'The previous revision runs again and queue age fell.',
   },
   RollbackNotRecovering: {
-    on: 'JobWorker',
     type: 'Warning',
     when: 'The rollback ended but queue age did not fall (Degraded=True).',
   },
   CohortStarted: {
-    on: 'JobWorker',
     type: 'Normal',
     when: 'A Cohort rollout started its first step.',
   },
-  CohortStepPassed: { on: 'JobWorker', type: 'Normal', when: 'A cohort step passed its analysis.' },
+  CohortStepPassed: { type: 'Normal', when: 'A cohort step passed its analysis.' },
   CohortStepSkipped: {
-    on: 'JobWorker',
     type: 'Warning',
     when: 'A person skipped a step’s analysis (kubectl jobworker promote).',
   },
-  CohortStep: { on: 'JobWorker', type: 'Normal', when: 'The cohort moved to its next step.' },
+  CohortStep: { type: 'Normal', when: 'The cohort moved to its next step.' },
   CohortPromoting: {
-    on: 'JobWorker',
     type: 'Normal',
     when: 'The cohort passed its last step; the fleet moves to its revision.',
   },
-  CohortPromoted: { on: 'JobWorker', type: 'Normal', when: 'The cohort’s revision is stable now.' },
+  CohortPromoted: { type: 'Normal', when: 'The cohort’s revision is stable now.' },
   CohortAborting: {
-    on: 'JobWorker',
     type: 'Warning',
     when: 'The cohort is being aborted (by its analysis or a person); it drains first.',
   },
   CohortAborted: {
-    on: 'JobWorker',
     type: 'Warning',
     when: 'A cohort check failed, or a person aborted it; the message says which.',
   },
   CohortDrained: {
-    on: 'JobWorker',
     type: 'Normal or Warning',
     when: 'The aborted cohort drained (Warning when its deadline cut the drain short).',
   },
-  ...mapValues(PROBLEM_REASONS, (when) => ({ on: 'JobWorker', type: 'Warning', when }) as const),
-  ReplayStarted: { on: 'JobReplay', type: 'Normal', when: 'The replay began (who, why, rate).' },
+  ...mapValues(PROBLEM_REASONS, (when) => ({ type: 'Warning', when }) as const),
+} as const satisfies Record<string, EventDoc>;
+
+/** The Events the replay controller records on a JobReplay. */
+const JOBREPLAY_EVENTS = {
+  ReplayStarted: { type: 'Normal', when: 'The replay began (who, why, rate).' },
   ReplayRateCapped: {
-    on: 'JobReplay',
     type: 'Normal',
     when: 'The rate asked for is capped by the JobWorker’s downstream budget.',
   },
   ReplayHeld: {
-    on: 'JobReplay',
     type: 'Normal',
     when: 'The replay waits while the incident lasts (the message says what holds it).',
   },
-  ReplayResumed: { on: 'JobReplay', type: 'Normal', when: 'The hold ended; replaying.' },
+  ReplayResumed: { type: 'Normal', when: 'The hold ended; replaying.' },
   ReplaySucceeded: {
-    on: 'JobReplay',
     type: 'Normal',
     when: 'Every replayed job completed (counts in the message).',
   },
   ReplayFailed: {
-    on: 'JobReplay',
     type: 'Warning',
     when: 'Some replayed jobs failed again, are pending, or were not found (counts in the message).',
   },
   ReplayStopped: {
-    on: 'JobReplay',
     type: 'Warning',
     when: 'The replay stopped early: too many failed again, or the hold outlasted its timeout.',
   },
-} as const;
+} as const satisfies Record<string, EventDoc>;
 
-export type EventReason = keyof typeof EVENTS;
+/** Every Event, with the kind of object it is recorded on. */
+export const EVENTS: Record<EventReason, EventDoc & { on: 'JobWorker' | 'JobReplay' }> = {
+  ...mapValues(JOBWORKER_EVENTS, (e) => ({ ...e, on: 'JobWorker' as const })),
+  ...mapValues(JOBREPLAY_EVENTS, (e) => ({ ...e, on: 'JobReplay' as const })),
+};
+
+export type EventReason = keyof typeof JOBWORKER_EVENTS | keyof typeof JOBREPLAY_EVENTS;

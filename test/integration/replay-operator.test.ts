@@ -105,6 +105,14 @@ const replayAfterFix = (ratePerSecond: number, reason: string) =>
     'test-user',
   );
 
+/** Waits until `n` dead letters are recorded. */
+const deadLetters = (n: number) =>
+  eventually(`${n} dead letter${n === 1 ? '' : 's'}`, async () =>
+    (await h.db.pool.query('select 1 from jobfleet_dead_letters')).rowCount === n
+      ? true
+      : undefined,
+  );
+
 /** The dead letters are minutes old: no failure still arriving holds a replay. */
 const incidentOver = () =>
   h.db.pool.query(
@@ -124,6 +132,13 @@ const replayByPlugin = (kubectl: ReturnType<typeof kubectlWithPlugin>, ...args: 
     'permanent',
     ...args,
   );
+
+/** `kubectl jobworker pause shipper --reason <reason>`, with `args` (--as, …). */
+const pauseByPlugin = (
+  kubectl: ReturnType<typeof kubectlWithPlugin>,
+  reason: string,
+  ...args: string[]
+) => kubectl('jobworker', 'pause', 'shipper', '-n', ns.namespace, '--reason', reason, ...args);
 
 async function gauge(name: string): Promise<number | undefined> {
   const m = (await op!.metrics.registry.getSingleMetric(name)?.get()) as
@@ -337,9 +352,7 @@ describe('the quarantine, seen by the operator', () => {
     });
     const { key } = await h.job('k-1');
     await setUp();
-    await eventually('the dead letter', async () =>
-      (await h.db.pool.query('select 1 from jobfleet_dead_letters')).rowCount ? true : undefined,
-    );
+    await deadLetters(1);
     const kubectl = kubectlWithPlugin(ns.kubeconfigPath);
     const list = await kubectl('jobworker', 'dlq', 'list', 'shipper', '-n', ns.namespace, '--json');
     const rows = (JSON.parse(list.stdout) as { rows: Array<{ id: number; key: string }> }).rows;
@@ -361,15 +374,7 @@ describe('the quarantine, seen by the operator', () => {
 
     // A replay through the plugin holds on the JobWorker's status too: here, paused.
     await incidentOver();
-    const pause = await kubectl(
-      'jobworker',
-      'pause',
-      'shipper',
-      '-n',
-      ns.namespace,
-      '--reason',
-      'INC-11',
-    );
+    const pause = await pauseByPlugin(kubectl, 'INC-11');
     expect(pause.code, pause.stderr).toBe(0);
     await eventually('the JobWorker Paused', async () =>
       (await get('JobWorker', 'shipper')).status?.phase === 'Paused' ? true : undefined,
@@ -385,11 +390,7 @@ describe('the quarantine, seen by the operator', () => {
     await failingWorker(broken);
     for (const id of broken) await h.job(id);
     await setUp();
-    await eventually('6 dead letters', async () =>
-      (await h.db.pool.query('select 1 from jobfleet_dead_letters')).rowCount === 6
-        ? true
-        : undefined,
-    );
+    await deadLetters(6);
     broken.clear(); // the carrier is fixed; the incident is over
     await incidentOver();
     // A budget of 8 in flight at prefetch 8 is one replica; the operator measured 2 jobs/s per
@@ -443,11 +444,7 @@ describe('the quarantine, seen by the operator', () => {
     await failingWorker(broken);
     const keys = [(await h.job('u-0')).key, (await h.job('u-1')).key];
     await setUp();
-    await eventually('2 dead letters', async () =>
-      (await h.db.pool.query('select 1 from jobfleet_dead_letters')).rowCount === 2
-        ? true
-        : undefined,
-    );
+    await deadLetters(2);
     broken.clear();
     await incidentOver();
     const kubectl = kubectlWithPlugin(ns.kubeconfigPath);
@@ -482,16 +479,7 @@ describe('the quarantine, seen by the operator', () => {
       { initiator: 'bob', reason: 'carrier fixed', key: keys[1] },
     ]);
     // pause records its user the same way
-    const pause = await kubectl(
-      'jobworker',
-      'pause',
-      'shipper',
-      '-n',
-      ns.namespace,
-      '--reason',
-      'INC-12',
-      ...as('carol'),
-    );
+    const pause = await pauseByPlugin(kubectl, 'INC-12', ...as('carol'));
     expect(pause.code, pause.stderr).toBe(0);
     expect((await get('JobWorker', 'shipper')).metadata.annotations).toMatchObject({
       [ANNOTATION_PAUSE_BY]: 'carol',
