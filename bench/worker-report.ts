@@ -36,6 +36,8 @@ export interface ResultRow {
   processes: number;
   jobsPerSec: number;
   vsRaw: number;
+  /** each repetition's jobs/s and its ratio to raw amqplib's in the same repetition, in run order */
+  perRun: Array<{ jobsPerSec: number; vsRaw: number }>;
   cpuMsPer1k: number;
   /** what PostgreSQL, RabbitMQ and Redis used over the same window, per 1k jobs */
   serverCpuMsPer1k: ServerCpu;
@@ -83,6 +85,13 @@ export function renderWorkerSection(r: WorkerBenchResult): string {
         `**${f(x.allCpuMsPer1k)}** | ${f(x.pgTransactionsPerJob, 2)} | ${f(x.pgRowsPerJob, 2)} | ${durable[x.system]} |`,
     )
     .join('\n');
+  const runsTable = r.rows
+    .map(
+      (x) =>
+        `| ${x.label} | ${x.config} | ${x.perRun.map((p) => `${f(p.jobsPerSec)} (${f(p.vsRaw, 2)}×)`).join(' | ')} | ${f(x.jobsPerSec)} (${f(x.vsRaw, 2)}×) |`,
+    )
+    .join('\n');
+  const runHeads = Array.from({ length: opts.runs }, (_, i) => `run ${i + 1}`);
   const latencyTable = r.rows
     .filter((x) => x.latency)
     .map(
@@ -126,6 +135,12 @@ median of ${opts.runs} run(s) of every row, interleaved; "vs raw" is jobs/s over
 | system | configuration | jobs/s | vs raw amqplib | worker CPU ms / 1k jobs | PostgreSQL CPU ms / 1k jobs | RabbitMQ CPU ms / 1k jobs | Redis CPU ms / 1k jobs | all CPU ms / 1k jobs | PostgreSQL transactions / job | rows written / job | durable |
 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
 ${table}
+
+Each run, jobs/s (vs raw amqplib in the same repetition), and the median the table above shows:
+
+| system | configuration | ${runHeads.join(' | ')} | median |
+|---|---|${runHeads.map(() => '---:|').join('')}---:|
+${runsTable}
 ${rabbitmq4}${skipped}
 Durable: raw amqplib and jobfleet publish persistent messages with confirms to a durable queue; jobfleet's claims and
 pg-boss's and graphile-worker's jobs are in PostgreSQL with ${r.durability.postgres}.${bullmqNote} The consumer,

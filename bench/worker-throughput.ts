@@ -535,6 +535,10 @@ function resultRow(
     jobsPerSec: median(ms.map((m) => m.jobsPerSec)),
     // Against raw amqplib in the same repetition, then the median.
     vsRaw: median(ms.map((m, i) => m.jobsPerSec / (raw[i]?.jobsPerSec ?? NaN))),
+    perRun: ms.map((m, i) => ({
+      jobsPerSec: m.jobsPerSec,
+      vsRaw: m.jobsPerSec / (raw[i]?.jobsPerSec ?? NaN),
+    })),
     cpuMsPer1k: median(ms.map((m) => m.cpuMsPer1k)),
     serverCpuMsPer1k: perServer((s) => median(ms.map((m) => m.serverCpuMsPer1k[s]))),
     // the whole machine's cost of a job: the consumer's CPU and its servers', in the same run
