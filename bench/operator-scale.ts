@@ -14,6 +14,7 @@ import { desiredDeployment, desiredMetricsService, desiredPdb } from '../src/rec
 import { freePort, repoRoot, startControlPlane } from '../test/ground/control-plane.js';
 import { compiled } from '../test/ground/compiled.js';
 import { installCrds } from '../test/ground/kube.js';
+import { processCpuSeconds } from './peers/server-cpu.js';
 
 export interface OperatorBench {
   count: number;
@@ -42,6 +43,10 @@ export interface OperatorBench {
   steadyWrites: number;
   /** steady-state writes by kind (empty when there were none) */
   steadyByKind: Record<string, number>;
+  /** where the time went until converged: CPU seconds of the operator and of the control plane's processes (apiserver, etcd, controllers, kwok), and the floor's control plane */
+  cpu: { operator: number; controlPlane: number; floorControlPlane: number };
+  /** reconciles until converged, the seconds they took in all, and how long keys waited in the queue in all */
+  reconciles: { count: number; seconds: number; queueWaitSeconds: number };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -67,11 +72,15 @@ function counterBy(text: string, metric: string, ...labels: string[]): Record<st
   return out;
 }
 
-/** One unlabelled gauge of a /metrics text. */
-function gauge(text: string, metric: string): number {
+/** One unlabelled gauge of a /metrics text; with `labelled`, the sum over its label sets. */
+function gauge(text: string, metric: string, labelled = false): number {
+  if (labelled) return total(counterBy(text, metric));
   const line = text.split('\n').find((l) => l.startsWith(`${metric} `));
   return Number(line?.split(' ')[1] ?? NaN);
 }
+
+/** CPU seconds so far of a control plane's processes, summed. */
+const planeCpu = (pids: number[]) => pids.reduce((sum, pid) => sum + processCpuSeconds(pid), 0);
 
 /** API writes so far, by kind (jobfleet_api_writes_total). */
 const writesByKind = async (port: number) =>
@@ -127,8 +136,11 @@ function exampleSpec(): { broker: Record<string, unknown> } & Record<string, unk
  * owner) server-side applied directly in the same batches of 50, on a fresh
  * control plane — until every Deployment is Available.
  */
-async function floorRun(count: number): Promise<{ seconds: number; medianAvailable: number }> {
+async function floorRun(
+  count: number,
+): Promise<{ seconds: number; medianAvailable: number; cpu: number }> {
   const plane = await startControlPlane({ beforeControllers: installCrds });
+  const cpu0 = planeCpu(plane.pids);
   try {
     const client = KubeClient.fromFile(plane.kubeconfigPath);
     const namespace = 'floor';
@@ -178,6 +190,7 @@ async function floorRun(count: number): Promise<{ seconds: number; medianAvailab
     return {
       seconds: (performance.now() - t0) / 1000,
       medianAvailable: quantile(availableAt, 0.5),
+      cpu: planeCpu(plane.pids) - cpu0,
     };
   } finally {
     await plane.stop();
@@ -194,7 +207,9 @@ export async function runOperatorBench(opts: {
    */
   rabbit?: { amqpUrl: string; mgmtUrl: string };
 }): Promise<OperatorBench> {
-  const floor = opts.rabbit ? { seconds: 0, medianAvailable: 0 } : await floorRun(opts.count);
+  const floor = opts.rabbit
+    ? { seconds: 0, medianAvailable: 0, cpu: 0 }
+    : await floorRun(opts.count);
   const plane = await startControlPlane({ beforeControllers: installCrds });
   const client = KubeClient.fromFile(plane.kubeconfigPath);
   const namespace = 'bench';
@@ -245,6 +260,7 @@ export async function runOperatorBench(opts: {
     if (opts.rabbit)
       example.spec.broker.managementUrlSecretRef = { name: 'rabbitmq', key: 'management-url' };
     const t0 = performance.now();
+    const cpu0 = { operator: processCpuSeconds(operator.pid!), plane: planeCpu(plane.pids) };
     const names = Array.from({ length: opts.count }, (_, i) => `w-${String(i).padStart(4, '0')}`);
     for (let i = 0; i < names.length; i += 50) {
       await Promise.all(
@@ -290,6 +306,11 @@ export async function runOperatorBench(opts: {
       await sleep(1000);
     }
     const convergeSeconds = (performance.now() - t0) / 1000;
+    const cpu = {
+      operator: processCpuSeconds(operator.pid!) - cpu0.operator,
+      controlPlane: planeCpu(plane.pids) - cpu0.plane,
+      floorControlPlane: floor.cpu,
+    };
     const times = [...healthyAt.values()].sort((a, b) => a - b);
     const lags = [...healthyAt]
       .map(([name, at]) => at - (availableAt.get(name) ?? at))
@@ -298,10 +319,15 @@ export async function runOperatorBench(opts: {
     const requests = counterBy(converged, 'jobfleet_api_requests_total', 'verb', 'resource');
     const heapUsedMiB = gauge(converged, 'nodejs_heap_size_used_bytes') / 2 ** 20;
     const connections = counterBy(converged, 'jobfleet_api_connections_total', 'purpose');
+    const reconciles = {
+      count: gauge(converged, 'jobfleet_reconcile_duration_seconds_count'),
+      seconds: gauge(converged, 'jobfleet_reconcile_duration_seconds_sum'),
+      queueWaitSeconds: gauge(converged, 'jobfleet_workqueue_queue_duration_seconds_sum', true),
+    };
     // Let the last status writes and Deployment events settle, then watch a steady state.
     await sleep(5000);
     const settled = await writesByKind(port);
-    await sleep(opts.steadySeconds * 1000);
+    if (opts.steadySeconds) await sleep(opts.steadySeconds * 1000);
     const after = await writesByKind(port);
     const steadyByKind = Object.fromEntries(
       Object.entries(after)
@@ -329,6 +355,8 @@ export async function runOperatorBench(opts: {
       steadySeconds: opts.steadySeconds,
       resyncSeconds: opts.resyncSeconds,
       steadyWrites,
+      cpu,
+      reconciles,
     };
   } finally {
     operator?.kill('SIGTERM');

@@ -41,8 +41,6 @@ export interface OperatorOptions {
   secretTtlMs?: number;
   /** how often each JobWorker's dead-letter quarantine is read (default 30 s) */
   deadLetterReadMs?: number;
-  /** drift repair of the Service and PDB (default 5 min) */
-  verifyEveryMs?: number;
   /** how often a running JobReplay writes its progress (default 1 s) */
   replayProgressMs?: number;
   /** Prometheus for fleet signals (throttling) when a JobWorker names none */
@@ -92,7 +90,6 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const reconciler = new JobWorkerReconciler({
     deadLetters,
     deadLetterReadMs: o.deadLetterReadMs,
-    verifyEveryMs: o.verifyEveryMs,
     client: o.client,
     events,
     metrics,

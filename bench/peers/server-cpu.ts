@@ -74,3 +74,14 @@ export function serversNotSeen(): Server[] {
   eachServerProcess((server) => seen.add(server));
   return SERVERS.filter((s) => !seen.has(s));
 }
+
+/** One process's CPU (user + system, its reaped children's too) so far, in seconds; 0 once it has exited. */
+export function processCpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (fields.slice(11, 15).reduce((sum, f) => sum + Number(f), 0) * TICK_MICROS) / 1e6;
+  } catch {
+    return 0;
+  }
+}

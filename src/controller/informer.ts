@@ -13,7 +13,8 @@ export interface InformerOptions {
   namespace?: string;
   labelSelector?: string;
   resyncMs: number;
-  onChange(key: string, obj: KubeObject | undefined): void;
+  /** `obj` undefined: deleted, and `gone` is the object as last seen */
+  onChange(key: string, obj: KubeObject | undefined, gone?: KubeObject): void;
   log: Logger;
   /** each watch opened after the first (a timeout, an error, a 410): jobfleet_watch_restarts_total */
   onWatchRestart?: () => void;
@@ -26,6 +27,10 @@ export interface InformerOptions {
    * status field.
    */
   dropManagedFields?: 'all' | 'status';
+  /** index the cache by this label's value (`byLabel`): a JobWorker's pods or records without a scan */
+  indexLabel?: string;
+  /** keep only what is read of each object (pods: most of a pod is never read here) */
+  slim?: (obj: KubeObject) => KubeObject;
 }
 
 export const keyOf = (o: { metadata: { namespace?: string; name: string } }) =>
@@ -33,6 +38,8 @@ export const keyOf = (o: { metadata: { namespace?: string; name: string } }) =>
 
 export class Informer {
   readonly cache = new Map<string, KubeObject>();
+  /** namespace/indexLabel's value → the keys of the objects that carry it */
+  private readonly index = new Map<string, Set<string>>();
   private resourceVersion = '';
   private abort: AbortController | undefined;
   private resync: NodeJS.Timeout | undefined;
@@ -64,6 +71,17 @@ export class Informer {
     this.resync.unref();
   }
 
+  get kind(): string {
+    return this.opts.kind;
+  }
+
+  /** The cached objects of `namespace` whose `indexLabel` is `value`. */
+  byLabel(namespace: string, value: string): KubeObject[] {
+    return [...(this.index.get(`${namespace}/${value}`) ?? [])].flatMap(
+      (k) => this.cache.get(k) ?? [],
+    );
+  }
+
   stop(): void {
     this.stopped = true;
     if (this.resync) clearInterval(this.resync);
@@ -82,7 +100,31 @@ export class Informer {
           obj.metadata.managedFields as Array<{ subresource?: string }>
         ).filter((f) => f.subresource !== 'status');
     }
-    return obj;
+    return this.opts.slim ? this.opts.slim(obj) : obj;
+  }
+
+  private put(key: string, obj: KubeObject): void {
+    this.remove(key);
+    this.cache.set(key, obj);
+    const value = this.indexOf(obj);
+    if (!value) return;
+    const keys = this.index.get(value) ?? new Set<string>();
+    this.index.set(value, keys.add(key));
+  }
+
+  private remove(key: string): void {
+    const old = this.cache.get(key);
+    this.cache.delete(key);
+    const value = old && this.indexOf(old);
+    if (!value) return;
+    const keys = this.index.get(value);
+    keys?.delete(key);
+    if (keys?.size === 0) this.index.delete(value);
+  }
+
+  private indexOf(obj: KubeObject): string | undefined {
+    const value = this.opts.indexLabel && obj.metadata.labels?.[this.opts.indexLabel];
+    return value ? `${obj.metadata.namespace ?? ''}/${value}` : undefined;
   }
 
   private query(): Record<string, string> {
@@ -102,14 +144,15 @@ export class Informer {
       const key = keyOf(obj);
       seen.add(key);
       const old = this.cache.get(key);
-      this.cache.set(key, obj);
+      this.put(key, obj);
       if (!old || old.metadata.resourceVersion !== obj.metadata.resourceVersion)
         this.opts.onChange(key, obj);
     }
     for (const key of [...this.cache.keys()]) {
       if (!seen.has(key)) {
-        this.cache.delete(key);
-        this.opts.onChange(key, undefined);
+        const gone = this.cache.get(key);
+        this.remove(key);
+        this.opts.onChange(key, undefined, gone);
       }
     }
     this.resourceVersion = list.metadata.resourceVersion;
@@ -148,10 +191,10 @@ export class Informer {
             const full = this.cached(obj);
             const key = keyOf(full);
             if (type === 'DELETED') {
-              this.cache.delete(key);
-              this.opts.onChange(key, undefined);
+              this.remove(key);
+              this.opts.onChange(key, undefined, full);
             } else {
-              this.cache.set(key, full);
+              this.put(key, full);
               this.opts.onChange(key, full);
             }
           },

@@ -3,21 +3,18 @@
 // Deployment, the queue's statistics and throttling, and the quarantine
 // snapshot. Each source is a value or the reason it is missing; nothing here
 // decides anything (src/reconcile/plan.ts does).
-import { API_VERSION, KIND, parseSpec, type JobWorkerSpec } from '../api/jobworker.js';
+import { parseSpec, type JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { OperatorMetrics } from '../metrics.js';
-import {
-  cohortDeploymentName,
-  envProblems,
-  LABEL_COHORT,
-  LABEL_JOBWORKER,
-} from '../reconcile/desired.js';
+import { cohortDeploymentName, envProblems } from '../reconcile/desired.js';
+import { ownCohort } from '../reconcile/ownership.js';
 import type { CapacityReading, PodCounters } from '../reconcile/capacity.js';
 import type { Observation, Problem, QueueObservation } from '../reconcile/observation.js';
 import type { DeadLetterInput } from '../reconcile/status.js';
-import type { DeadLetterReader, DeadLetterStats } from '../signals/dead-letters.js';
+import type { DeadLetterReader } from '../signals/dead-letters.js';
+import type { DeadLetterRead, JobWorkerMemories } from './memory.js';
 import { fetchFleetSignals, prometheusFor, PrometheusError } from '../signals/prometheus.js';
-import { readWorkerPods } from '../signals/worker-metrics.js';
+import { readWorkerPods, type Pod } from '../signals/worker-metrics.js';
 import type { HeadReading, QueueStats } from '../reconcile/queue-age.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
 
@@ -30,12 +27,16 @@ export function managementApi(
   return url && amqpUrl ? { url, vhost: vhostOf(amqpUrl) } : undefined;
 }
 
-/** A JobWorker or Deployment as a watch last saw it (the informers' caches). */
-export type ObjectCache = (
-  kind: 'JobWorker' | 'Deployment',
-  namespace: string,
-  name: string,
-) => KubeObject | undefined;
+/** What the leadership term's watches last saw (the informers' caches): nothing here is a GET. */
+export interface ObjectCache {
+  get(kind: 'JobWorker' | 'Deployment', namespace: string, name: string): KubeObject | undefined;
+  /** the objects of `kind` labelled as the JobWorker's (whoever owns them) */
+  owned(
+    kind: 'Pod' | 'ControllerRevision' | 'Service' | 'PodDisruptionBudget',
+    namespace: string,
+    jobworker: string,
+  ): KubeObject[];
+}
 
 export interface ObserverDeps {
   client: KubeClient;
@@ -45,11 +46,8 @@ export interface ObserverDeps {
   prometheusUrl?: string;
   deadLetters?: DeadLetterReader;
   deadLetterReadMs: number;
-}
-
-interface DeadLetterRead {
-  stats?: DeadLetterStats;
-  error?: string;
+  /** each JobWorker's memory (./memory.ts), shared with the reconciler that forgets it */
+  memory: JobWorkerMemories;
 }
 
 /**
@@ -68,27 +66,11 @@ export class Observer {
     string,
     { at: number; secret: (KubeObject & { data?: Record<string, string> }) | undefined }
   >();
-  /** per JobWorker: the last quarantine read (its stats, or the error and the stats before it) */
-  private readonly deadLetterReads = new Map<string, DeadLetterRead>();
-  /** per JobWorker until it is forgotten: a read started before forget() writes nothing */
-  private readonly deadLetterTokens = new Map<string, object>();
-  /** per JobWorker: when its worker pods' figures were last read */
-  private readonly countersReadAt = new Map<string, number>();
 
   constructor(private readonly d: ObserverDeps) {}
 
-  /** `cache`: the calling leadership term's watches; without one, a GET. */
-  async jobWorker(
-    namespace: string,
-    name: string,
-    cache?: ObjectCache,
-  ): Promise<KubeObject | undefined> {
-    return cache
-      ? cache('JobWorker', namespace, name)
-      : this.d.client.find<KubeObject>(API_VERSION, KIND, namespace, name);
-  }
-
-  async observe(raw: KubeObject, cache?: ObjectCache): Promise<Observation> {
+  /** `cache`: the calling leadership term's watches. */
+  async observe(raw: KubeObject, cache: ObjectCache): Promise<Observation> {
     const namespace = raw.metadata.namespace as string;
     const name = raw.metadata.name;
     const parsed = parseSpec(raw.spec);
@@ -107,21 +89,22 @@ export class Observer {
       ? await this.readSecrets(namespace, spec)
       : { problems: [], values: new Map<string, string>() };
     problems.push(...secrets.problems);
-    const deployment = cache
-      ? cache('Deployment', namespace, name)
-      : await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, name);
-    const cohortName = cohortDeploymentName(name);
-    const named = cache
-      ? cache('Deployment', namespace, cohortName)
-      : await this.d.client.find<KubeObject>('apps/v1', 'Deployment', namespace, cohortName);
-    // Only this JobWorker's cohort: a Deployment of that name may be another's (a JobWorker named so).
-    const labels = named?.metadata.labels ?? {};
-    const cohortDeployment =
-      labels[LABEL_COHORT] === 'true' && labels[LABEL_JOBWORKER] === name ? named : undefined;
+    const deployment = cache.get('Deployment', namespace, name);
+    const named = cache.get('Deployment', namespace, cohortDeploymentName(name));
+    const cohortDeployment = ownCohort(named, name);
     const polling = !!secrets.values.get('spec.broker.managementUrlSecretRef');
+    const pods = cache.owned('Pod', namespace, name) as Pod[];
     const queue =
       spec && problems.length === 0
-        ? await this.queue(namespace, name, spec, secrets.values, deployment, cohortDeployment)
+        ? await this.queue(
+            namespace,
+            name,
+            spec,
+            secrets.values,
+            pods,
+            deployment,
+            cohortDeployment,
+          )
         : undefined;
     const deadLetters =
       spec && this.d.deadLetters
@@ -134,17 +117,16 @@ export class Observer {
       secrets: secrets.values,
       deployment,
       ...(cohortDeployment && { cohortDeployment }),
+      others: [
+        ...cache.owned('Service', namespace, name),
+        ...cache.owned('PodDisruptionBudget', namespace, name),
+      ],
+      pods,
+      records: cache.owned('ControllerRevision', namespace, name),
       ...(queue && { queue }),
       polling,
       ...(deadLetters && { deadLetters }),
     };
-  }
-
-  /** Drops what was kept for a deleted JobWorker; a quarantine read still running writes nothing. */
-  forget(namespace: string, name: string): void {
-    this.deadLetterReads.delete(`${namespace}/${name}`);
-    this.deadLetterTokens.delete(`${namespace}/${name}`);
-    this.countersReadAt.delete(`${namespace}/${name}`);
   }
 
   private async queue(
@@ -152,6 +134,7 @@ export class Observer {
     name: string,
     spec: JobWorkerSpec,
     secrets: Map<string, string>,
+    pods: Pod[],
     deployment: KubeObject | undefined,
     cohort: KubeObject | undefined,
   ): Promise<QueueObservation> {
@@ -166,7 +149,7 @@ export class Observer {
       const stats = await fetchQueueStats(api.url, api.vhost, spec.broker.queue);
       const prometheusUrl = prometheusFor(spec, this.d.prometheusUrl);
       const ready = (deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas;
-      const { heads, counters } = await this.fromPods(namespace, name, {
+      const { heads, counters } = await this.fromPods(pods, {
         heads: headsWanted(stats, deployment, cohort),
         counters: !prometheusUrl && !!ready && this.countersDue(namespace, name),
       });
@@ -195,22 +178,21 @@ export class Observer {
     }
   }
 
-  /** One read of the worker pods for what this poll wants of them; an unreadable list is no reading. */
+  /** One scrape of each worker pod for what this poll wants of them. */
   private async fromPods(
-    namespace: string,
-    name: string,
+    pods: Pod[],
     want: { heads: boolean; counters: boolean },
   ): Promise<{ heads?: HeadReading[]; counters?: PodCounters[] }> {
     if (!want.heads && !want.counters) return {};
-    return readWorkerPods(this.d.client, namespace, name, want).catch(() => ({}));
+    return readWorkerPods(pods, want);
   }
 
   /** The worker pods' own figures are read every WORKER_COUNTERS_READ_MS (capacity keeps its last between). */
   private countersDue(namespace: string, name: string): boolean {
-    const key = `${namespace}/${name}`;
+    const memory = this.d.memory.of(`${namespace}/${name}`);
     const now = this.d.now().getTime();
-    if (now - (this.countersReadAt.get(key) ?? -Infinity) < WORKER_COUNTERS_READ_MS) return false;
-    this.countersReadAt.set(key, now);
+    if (now - (memory.countersReadAt ?? -Infinity) < WORKER_COUNTERS_READ_MS) return false;
+    memory.countersReadAt = now;
     return true;
   }
 
@@ -282,10 +264,9 @@ export class Observer {
     const key = `${namespace}/${name}`;
     // A read that finishes after its JobWorker was deleted must not write: it
     // would bring back series that forget() removed, and an alert would fire
-    // for what no longer exists. The token lives until forget().
-    let token = this.deadLetterTokens.get(key);
-    if (!token) this.deadLetterTokens.set(key, (token = {}));
-    const current = () => this.deadLetterTokens.get(key) === token;
+    // for what no longer exists.
+    const memory = this.d.memory.of(key);
+    const current = () => this.d.memory.current(key, memory);
     const read = this.d.deadLetters
       .read(claimsUrl, spec.broker.queue, this.d.deadLetterReadMs)
       .then(
@@ -294,19 +275,16 @@ export class Observer {
             this.d.metrics.setDeadLetters(namespace, name, stats, spec.deadLetter.maxAgeSeconds);
           return { stats };
         },
-        (err: Error): DeadLetterRead => ({
-          stats: this.deadLetterReads.get(key)?.stats,
-          error: err.message,
-        }),
+        (err: Error): DeadLetterRead => ({ stats: memory.deadLetters?.stats, error: err.message }),
       );
     void read.then((r) => {
-      if (current()) this.deadLetterReads.set(key, r);
+      if (current()) memory.deadLetters = r;
     });
     const r =
       (await Promise.race([
         read,
         new Promise<undefined>((res) => setTimeout(() => res(undefined), DEAD_LETTER_READ_WAIT_MS)),
-      ])) ?? this.deadLetterReads.get(key);
+      ])) ?? memory.deadLetters;
     return {
       owner: spec.deadLetter.owner,
       maxAgeSeconds: spec.deadLetter.maxAgeSeconds,

@@ -5,9 +5,10 @@
 // Every decision is the planner's; this module only reads.
 import type { Logger } from 'pino';
 import type { JobWorkerSpec } from '../api/jobworker.js';
-import type { KubeClient, KubeObject } from '../kube/client.js';
-import { LABEL_JOBWORKER, LABEL_REVISION, revisionRecordName } from '../reconcile/desired.js';
+import type { KubeObject } from '../kube/client.js';
+import { LABEL_REVISION } from '../reconcile/desired.js';
 import type { Observation } from '../reconcile/observation.js';
+import { ownRecord } from '../reconcile/ownership.js';
 import type { PlanAnswers, PlanNeed } from '../reconcile/plan.js';
 import type { PodFacts } from '../reconcile/rollout-plan.js';
 import { readWorkerReports } from '../signals/worker-readiness.js';
@@ -17,7 +18,6 @@ import { fetchQueuedTotal } from '../signals/rabbitmq.js';
 import { managementApi } from './observe.js';
 
 export interface PlanReads {
-  client: KubeClient;
   log: Logger;
   /** the operator's Prometheus, when the spec names none */
   prometheusUrl?: string;
@@ -35,10 +35,7 @@ export async function answerNeed(
   const name = raw.metadata.name;
   switch (need.kind) {
     case 'pods':
-      answers.pods = {
-        ...answers.pods,
-        [need.revision]: await pods(reads.client, namespace, name, need.revision),
-      };
+      answers.pods = { ...answers.pods, [need.revision]: podFacts(obs.pods, need.revision) };
       return;
     case 'seenVersions':
       answers.seenVersions = spec && (await seenVersions(reads, spec, namespace, name));
@@ -46,56 +43,36 @@ export async function answerNeed(
     case 'queued':
       answers.queued = spec && (await queued(obs.secrets, spec.broker.queue));
       return;
-    case 'revisionSpec': {
-      const record = await reads.client.find<KubeObject & { data?: Record<string, unknown> }>(
-        'apps/v1',
-        'ControllerRevision',
-        namespace,
-        revisionRecordName(name, need.revision),
-      );
-      // Only this JobWorker's own: a record left by an earlier object of the same name is not its past.
-      const ours = record?.metadata.ownerReferences?.some((o) => o.uid === raw.metadata.uid);
+    case 'revisionSpec':
       answers.revisionSpecs = {
         ...answers.revisionSpecs,
-        [need.revision]: ours ? record?.data : undefined,
+        [need.revision]: ownRecord(raw, obs.records, need.revision)?.data,
       };
       return;
-    }
     case 'workers':
-      answers.workers = await readWorkerReports(reads.client, namespace, name).catch(
-        () => undefined,
-      );
+      answers.workers = await readWorkerReports(obs.pods);
       return;
     case 'podLoad':
-      answers.podLoad = await readPodLoad(reads.client, namespace, name).catch(() => undefined);
+      answers.podLoad = await readPodLoad(obs.pods);
       return;
     case 'cohortSamples':
-      // Unreadable: no samples this time; the figures wait for the next read.
-      answers.cohortSamples = await readCohortSamples(reads.client, namespace, name).catch(
-        () => [],
-      );
+      answers.cohortSamples = await readCohortSamples(obs.pods);
       return;
   }
 }
 
-async function pods(
-  client: KubeClient,
-  namespace: string,
-  name: string,
-  revision: string,
-): Promise<PodFacts[]> {
-  const list = await client.list<KubeObject>('v1', 'Pod', namespace, {
-    labelSelector: `${LABEL_JOBWORKER}=${name},${LABEL_REVISION}=${revision}`,
-  });
-  return list.items.map((p) => ({
-    restarts: Math.max(
-      0,
-      ...(
-        (p.status as { containerStatuses?: Array<{ restartCount?: number }> } | undefined)
-          ?.containerStatuses ?? []
-      ).map((c) => c.restartCount ?? 0),
-    ),
-  }));
+function podFacts(pods: KubeObject[], revision: string): PodFacts[] {
+  return pods
+    .filter((p) => p.metadata.labels?.[LABEL_REVISION] === revision)
+    .map((p) => ({
+      restarts: Math.max(
+        0,
+        ...(
+          (p.status as { containerStatuses?: Array<{ restartCount?: number }> } | undefined)
+            ?.containerStatuses ?? []
+        ).map((c) => c.restartCount ?? 0),
+      ),
+    }));
 }
 
 async function seenVersions(

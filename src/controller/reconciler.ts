@@ -1,11 +1,9 @@
 // Reconcile one JobWorker, by key, in three rooms: observe (./observe.ts,
-// reads only) → plan (src/reconcile/plan.ts, pure) → apply (here): the plan's
-// writes in its order (src/reconcile/writes.ts decides which object is which),
-// then the status write, then the events of what was written. Level-triggered
-// and idempotent: everything is read again each time, and a steady state
-// makes no writes at all.
-import { createHash } from 'node:crypto';
-import { isDeepStrictEqual } from 'node:util';
+// reads only) → plan (src/reconcile/plan.ts, pure; src/reconcile/writes.ts
+// settles which of its writes are still to make) → apply (here): those
+// writes in order, then the status write, then the events of what was
+// written. Level-triggered and idempotent: everything is read again each
+// time, and a steady state makes no writes at all.
 import type { Logger } from 'pino';
 import { API_VERSION, KIND, LIMITED_BY, type JobWorkerStatus } from '../api/jobworker.js';
 import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
@@ -13,16 +11,11 @@ import { eventTarget, type EventRecorder, type EventTarget } from '../kube/event
 import type { OperatorMetrics } from '../metrics.js';
 import { FIELD_MANAGER } from '../reconcile/desired.js';
 import type { Observation } from '../reconcile/observation.js';
-import {
-  planToCompletionAsync,
-  type Plan,
-  type PlanEvent,
-  type ScalingMemory,
-} from '../reconcile/plan.js';
+import { planToCompletionAsync, type Plan, type PlanEvent } from '../reconcile/plan.js';
 import { DELETION_COST } from '../reconcile/scale-down.js';
-import { isSubset } from '../reconcile/subset.js';
-import type { Write } from '../reconcile/writes.js';
+import { afterConflict, settle, type Settled, type Write } from '../reconcile/writes.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
+import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
 import { Observer, type ObjectCache } from './observe.js';
 import { answerNeed } from './plan-reads.js';
 import type { ProcessResult } from './workqueue.js';
@@ -48,33 +41,20 @@ export interface ReconcilerDeps {
   deadLetters?: DeadLetterReader;
   /** how often a JobWorker's quarantine is read (default 30 s) */
   deadLetterReadMs?: number;
-  /** how long a verified child without a watch is trusted before it is read again (drift repair; default 5 min) */
-  verifyEveryMs?: number;
 }
 
 export class JobWorkerReconciler {
-  /** per JobWorker (namespace/name): each child's resourceVersion we last applied or verified, per desired hash */
-  private readonly verified = new Map<
-    string,
-    Map<string, { hash: string; rv: string; at: number }>
-  >();
-  /** per JobWorker (namespace/name): its uid and the ControllerRevisions known to exist */
-  private readonly recorded = new Map<string, { uid: string; names: Set<string> }>();
-  /** per JobWorker: a digest of the status last written, and the resourceVersion it was written over */
-  private readonly lastStatus = new Map<string, { before?: string; digest: string }>();
-  /** per JobWorker: the scaler's window and AIMD cap, and the queue-age estimate's memory */
-  private readonly scaling = new Map<string, ScalingMemory>();
+  /** what this process keeps of each JobWorker between reconciles, forgotten in one place (./memory.ts) */
+  private readonly memory = new JobWorkerMemories();
   private readonly observer: Observer;
   private readonly now: () => Date;
   private readonly pollMs: number;
   private readonly deadLetterReadMs: number;
-  private readonly verifyEveryMs: number;
 
   constructor(private readonly d: ReconcilerDeps) {
     this.now = d.now ?? (() => new Date());
     this.pollMs = d.pollMs ?? 10_000;
     this.deadLetterReadMs = d.deadLetterReadMs ?? 30_000;
-    this.verifyEveryMs = d.verifyEveryMs ?? 5 * 60_000;
     this.observer = new Observer({
       client: d.client,
       metrics: d.metrics,
@@ -83,19 +63,20 @@ export class JobWorkerReconciler {
       prometheusUrl: d.prometheusUrl,
       deadLetters: d.deadLetters,
       deadLetterReadMs: this.deadLetterReadMs,
+      memory: this.memory,
     });
   }
 
   /**
    * `cache`: the watches of the leadership term that runs this reconcile —
-   * reads from them instead of GETs (at a thousand JobWorkers, a GET per
-   * object per reconcile is most of the apiserver's load), bound per call so
-   * that a reconcile still running when its term ended never reads the next
-   * term's half-filled caches. Without one, GETs.
+   * every read of the cluster but Secrets comes from them (at a thousand
+   * JobWorkers, a GET per object per reconcile is most of the apiserver's
+   * load), bound per call so that a reconcile still running when its term
+   * ended never reads the next term's half-filled caches.
    */
-  async reconcile(key: string, cache?: ObjectCache): Promise<ProcessResult> {
+  async reconcile(key: string, cache: ObjectCache): Promise<ProcessResult> {
     const [namespace, name] = key.split('/') as [string, string];
-    const raw = await this.observer.jobWorker(namespace, name, cache);
+    const raw = cache.get('JobWorker', namespace, name);
     // Deleted: the children go by garbage collection (ownerReferences); nothing
     // outside the cluster needs cleaning, so there is no finalizer.
     if (!raw || raw.metadata.deletionTimestamp) {
@@ -104,8 +85,14 @@ export class JobWorkerReconciler {
     }
     const end = this.d.metrics.reconcileDuration.startTimer();
     try {
+      const memory = this.memory.of(key);
       const obs = await this.observer.observe(raw, cache);
-      return await this.apply(obs, await this.plan(obs, key));
+      const plan = await this.plan(obs, memory);
+      this.setGauges(namespace, name, plan);
+      await this.apply(raw, settle(plan, obs, memory.status), memory);
+      if (obs.problems.length)
+        throw new NeedsAttention(obs.problems.map((p) => p.message).join(' '));
+      return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
     } catch (err) {
       this.d.metrics.reconcileErrors.inc({ namespace, jobworker: name });
       throw err;
@@ -115,114 +102,85 @@ export class JobWorkerReconciler {
   }
 
   /** The pure plan, with the reads it asks for answered. */
-  private async plan(obs: Observation, key: string): Promise<Plan> {
+  private async plan(obs: Observation, memory: JobWorkerMemory): Promise<Plan> {
     const p = await planToCompletionAsync(
       {
         obs,
-        memory: this.scaling.get(key),
+        memory: memory.scaling,
         now: this.now(),
         pollMs: this.pollMs,
         deadLetterReadMs: this.deadLetterReadMs,
       },
       (need, answers) =>
-        answerNeed(need, answers, obs, {
-          client: this.d.client,
-          log: this.d.log,
-          prometheusUrl: this.d.prometheusUrl,
-        }),
+        answerNeed(need, answers, obs, { log: this.d.log, prometheusUrl: this.d.prometheusUrl }),
     );
-    if (p.memory) this.scaling.set(key, p.memory);
+    if (p.memory) memory.scaling = p.memory;
     return p;
   }
 
   /**
-   * Children, then status, then events. A failed child apply still records
-   * what the plan reached (the status write is deferred, not skipped), and
-   * events go out only for a change that was written: one announcing the
-   * Deployment (a scale, a new template, a drain) only once the Deployment
-   * is as planned.
+   * The settled writes (../reconcile/writes.ts) in order, then the status
+   * (written even when a write failed: what the plan reached is recorded),
+   * then each event whose writes were made. A list of writes: every choice
+   * was made by the planner and `settle`.
    */
-  private async apply(obs: Observation, plan: Plan): Promise<ProcessResult> {
-    const { raw } = obs;
+  private async apply(raw: KubeObject, s: Settled, memory: JobWorkerMemory): Promise<void> {
     const namespace = raw.metadata.namespace as string;
     const name = raw.metadata.name;
-    let applyError: Error | undefined;
-    let created = false;
-    let deploymentWritten = false;
-    // the stable Deployment is as the plan has it (written now, or already so)
-    let deploymentAsPlanned = false;
+    let made = 0;
+    let failed: Error | undefined;
     try {
-      for (const w of plan.writes) {
-        const written = await this.carryOut(namespace, raw, w);
-        if (w.op === 'apply' && w.role === 'stable') {
-          created = w.absent && written;
-          deploymentWritten = written;
-          deploymentAsPlanned = true;
-        }
+      for (const w of s.writes) {
+        await this.carryOut(raw, w);
+        made++;
+        if (w.op === 'apply' && w.role === 'stable') memory.deploymentApplied = true;
       }
     } catch (err) {
-      applyError = err instanceof Error ? err : new Error(String(err));
+      failed = err instanceof Error ? err : new Error(String(err));
     }
-
-    this.setGauges(namespace, name, plan);
-    const key = `${namespace}/${name}`;
-    const json = JSON.stringify(plan.status);
-    const digest = sha1(json);
-    // The cache may not have seen our last status write yet (its watch event
-    // is on the way): compared with the cache alone, that write would go
-    // again. A digest, not the status: kept for every JobWorker.
-    const written = this.lastStatus.get(key);
-    const changed =
-      written && written.before === raw.metadata.resourceVersion
-        ? written.digest !== digest
-        : !isDeepStrictEqual(
-            JSON.parse(json),
-            normalize((raw.status as JobWorkerStatus | undefined) ?? {}),
-          );
-    if (changed) {
-      await this.write(
-        { apiVersion: API_VERSION, kind: KIND, metadata: { name, namespace }, status: plan.status },
-        'status',
-      );
-      this.lastStatus.set(key, { before: raw.metadata.resourceVersion, digest });
-      faultAfterRolloutStep(plan.status.rollout?.phase);
+    if (s.status) {
+      await this.write(s.status.object, 'status');
+      memory.status = s.status.remember;
+      faultAfterRolloutStep((s.status.object.status as JobWorkerStatus).rollout?.phase);
     }
+    if (s.scaleDownHeld && made >= s.scaleDownHeld.after)
+      this.d.metrics.scaleDownHeld.inc({ namespace, jobworker: name }, s.scaleDownHeld.count);
     const target = eventTarget({ ...raw, apiVersion: API_VERSION, kind: KIND });
-    // Counted once: by the reconcile whose write lowered the replicas.
-    if (plan.scaleDownHeld !== undefined && deploymentWritten)
-      this.d.metrics.scaleDownHeld.inc({ namespace, jobworker: name }, plan.scaleDownHeld);
-    if (created && plan.createdEvent) await this.emit(target, plan.createdEvent);
-    // An event that announces a Deployment write the apiserver refused is not sent.
-    if (changed)
-      for (const e of plan.events)
-        if (e.of !== 'Deployment' || deploymentAsPlanned) await this.emit(target, e);
-
-    if (applyError) throw applyError;
-    if (obs.problems.length) throw new NeedsAttention(obs.problems.map((p) => p.message).join(' '));
-    return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
+    for (const { event, after } of s.events) if (made >= after) await this.emit(target, event);
+    if (failed) throw failed;
   }
 
-  /** One of the plan's writes (../reconcile/writes.ts); for an apply, whether it wrote (false: all live already). */
-  private async carryOut(namespace: string, jw: KubeObject, w: Write): Promise<boolean> {
+  /** One of the settled writes (../reconcile/writes.ts). */
+  private async carryOut(jw: KubeObject, w: Write): Promise<void> {
+    const namespace = jw.metadata.namespace as string;
     switch (w.op) {
-      case 'record':
-        await this.record(jw, w.object);
-        return true;
+      case 'record': {
+        const { apiVersion, kind, metadata } = w.object;
+        if (w.replace) await this.delete(apiVersion, kind, namespace, metadata.name);
+        if (await this.create(w.object)) return;
+        // One exists that the watch did not show: what follows is settled by the planner's rule.
+        const live = await this.d.client.find<KubeObject>(
+          apiVersion,
+          kind,
+          namespace,
+          metadata.name,
+        );
+        for (const next of afterConflict(w, live, jw)) await this.carryOut(jw, next);
+        return;
+      }
       case 'podCost':
-        await this.markPod(namespace, w.pod, w.cost);
-        return true;
+        return this.markPod(namespace, w.pod, w.cost);
       case 'apply':
-        return (await this.ensure(jw, w.object, w.live, w.absent)) !== undefined;
+        await this.write(w.object);
+        return;
       case 'delete':
-        this.d.metrics.apiWrites.inc({ kind: w.kind });
-        await this.d.client.delete(w.apiVersion, w.kind, namespace, w.name);
-        return true;
+        return this.delete(w.apiVersion, w.kind, namespace, w.name);
     }
   }
 
-  /** This JobWorker's Deployment was applied (or found as desired) since the operator last forgot it. */
+  /** This process wrote this JobWorker's Deployment since it last forgot it. */
   appliedDeployment(namespace: string, name: string): boolean {
-    return this.verified.get(`${namespace}/${name}`)?.has(`Deployment/${name}`) ?? false;
+    return this.memory.peek(`${namespace}/${name}`)?.deploymentApplied ?? false;
   }
 
   private emit(target: EventTarget, e: PlanEvent): Promise<void> {
@@ -246,84 +204,24 @@ export class JobWorkerReconciler {
     }
   }
 
-  /**
-   * Creates a revision's ControllerRevision unless this JobWorker's exists:
-   * its data is the spec first seen at that revision, never patched. One left
-   * by an earlier object of the same name (another uid) is replaced. A new
-   * revision costs one request: create, and read only when one exists.
-   */
-  private async record(jw: KubeObject, desired: KubeObject): Promise<void> {
-    const uid = jw.metadata.uid ?? '';
-    const k = `${jw.metadata.namespace}/${jw.metadata.name}`;
-    const known = this.recorded.get(k);
-    const names = known?.uid === uid ? known.names : new Set<string>();
-    this.recorded.set(k, { uid, names });
-    if (names.has(desired.metadata.name)) return;
-    const { apiVersion, kind, metadata } = desired;
-    const create = () => {
-      this.d.metrics.apiWrites.inc({ kind });
-      return this.d.client.create(desired, undefined, FIELD_MANAGER);
-    };
-    try {
-      await create();
-    } catch (err) {
-      if (!(err instanceof KubeApiError && err.status === 409)) throw err;
-      const live = await this.d.client.find<KubeObject>(
-        apiVersion,
-        kind,
-        metadata.namespace,
-        metadata.name,
-      );
-      if (!live?.metadata.ownerReferences?.some((o) => o.uid === uid)) {
-        if (live) await this.d.client.delete(apiVersion, kind, metadata.namespace, metadata.name);
-        await create();
-      }
-    }
-    names.add(metadata.name);
+  /** A create; false when one of that name exists already. */
+  private async create(obj: KubeObject): Promise<boolean> {
+    this.d.metrics.apiWrites.inc({ kind: obj.kind });
+    return this.d.client.create(obj, undefined, FIELD_MANAGER).then(
+      () => true,
+      (err: unknown) => {
+        if (err instanceof KubeApiError && err.status === 409) return false;
+        throw err;
+      },
+    );
   }
 
-  /**
-   * Applies `desired` unless every field of it is already live. Returns the
-   * object as the server has it after the apply (or undefined when skipped).
-   */
-  private async ensure(
-    jw: KubeObject,
-    desired: KubeObject,
-    live?: KubeObject,
-    absent = false,
-  ): Promise<KubeObject | undefined> {
-    const owner = `${jw.metadata.namespace}/${jw.metadata.name}`;
-    const children =
-      this.verified.get(owner) ?? new Map<string, { hash: string; rv: string; at: number }>();
-    this.verified.set(owner, children);
-    const k = `${desired.kind}/${desired.metadata.name}`;
-    // a digest, not the JSON itself: kept per child of every JobWorker
-    const h = sha1(JSON.stringify(desired));
-    const known = children.get(k);
-    const now = this.now().getTime();
-    // Children without a watch (Service, PDB): trust a recent verification of
-    // the same desired object instead of a GET per reconcile.
-    if (!live && !absent && known?.hash === h && now - known.at < this.verifyEveryMs)
-      return undefined;
-    const current =
-      live ??
-      (absent
-        ? undefined
-        : await this.d.client.find<KubeObject>(
-            desired.apiVersion,
-            desired.kind,
-            desired.metadata.namespace,
-            desired.metadata.name,
-          ));
-    if (current && known?.hash === h && known.rv === current.metadata.resourceVersion)
-      return undefined;
-    if (current && isSubset(desired, current)) {
-      children.set(k, { hash: h, rv: current.metadata.resourceVersion ?? '', at: now });
-      return undefined;
-    }
-    const applied = await this.write(desired);
-    children.set(k, { hash: h, rv: applied.metadata.resourceVersion ?? '', at: now });
-    return applied;
+  /** A deletion; one already gone is done. */
+  private async delete(apiVersion: string, kind: string, namespace: string, name: string) {
+    this.d.metrics.apiWrites.inc({ kind });
+    await this.d.client.delete(apiVersion, kind, namespace, name).catch((err: unknown) => {
+      if (!(err instanceof KubeApiError && err.status === 404)) throw err;
+    });
   }
 
   /** One pod's deletion cost (null: our mark taken off); a pod already gone needs none. */
@@ -359,10 +257,7 @@ export class JobWorkerReconciler {
   }
 
   private forget(namespace: string, name: string): void {
-    this.scaling.delete(`${namespace}/${name}`);
-    this.lastStatus.delete(`${namespace}/${name}`);
-    this.recorded.delete(`${namespace}/${name}`);
-    this.observer.forget(namespace, name);
+    this.memory.forget(`${namespace}/${name}`);
     this.d.metrics.forgetDeadLetters(namespace, name);
     // A deleted JobWorker's series go too: alerts must not fire on what no longer exists.
     const labels = { namespace, jobworker: name };
@@ -370,15 +265,7 @@ export class JobWorkerReconciler {
     for (const g of [m.oldestAge, m.queueDepth, m.desiredReplicas, m.targetAge, m.rolloutBlocked])
       g.remove(labels);
     for (const reason of LIMITED_BY) m.limitedBy.remove({ ...labels, reason });
-    this.verified.delete(`${namespace}/${name}`);
   }
-}
-
-const sha1 = (s: string) => createHash('sha1').update(s).digest('base64');
-
-/** Status as compared: undefined fields dropped (the server omits them). */
-function normalize(s: object): unknown {
-  return JSON.parse(JSON.stringify(s));
 }
 
 /**

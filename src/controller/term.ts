@@ -13,6 +13,8 @@ import type { EventRecorder } from '../kube/events.js';
 import { LABEL_JOBWORKER } from '../reconcile/desired.js';
 import { CreationWindow, hasItsPods } from './creation-window.js';
 import { Informer, keyOf } from './informer.js';
+import type { ObjectCache } from './observe.js';
+import { slimPod } from '../signals/worker-readiness.js';
 import { JobReplayController } from './replay-controller.js';
 import { NeedsAttention, type JobWorkerReconciler } from './reconciler.js';
 import { WorkQueue, type ProcessResult } from './workqueue.js';
@@ -51,6 +53,7 @@ export interface TermDeps {
 
 export class LeadershipTerm {
   private readonly informers: Informer[];
+  /** kind/namespace ('' for all) → its informer */
   private readonly caches = new Map<string, Informer>();
   private readonly queue: WorkQueue;
   private readonly replayQueue: WorkQueue;
@@ -101,28 +104,25 @@ export class LeadershipTerm {
         },
       });
       // A Deployment's status changes (pods ready, rollout done) wake its JobWorker.
-      const deployments = new Informer(d.client, {
-        apiVersion: 'apps/v1',
-        kind: 'Deployment',
-        onWatchRestart: () => d.onWatchRestart?.('Deployment'),
-        namespace,
-        labelSelector: 'app.kubernetes.io/managed-by=jobfleet',
-        // nothing asks who set a Deployment's fields
-        dropManagedFields: 'all',
-        resyncMs: 24 * 3600_000,
-        log,
-        onChange: (_key, obj) => {
-          const owner = obj?.metadata.labels?.[LABEL_JOBWORKER];
-          if (!obj || !owner) return;
-          const key = keyOf({ metadata: { namespace: obj.metadata.namespace, name: owner } });
-          if (hasItsPods(obj)) this.creationEnded(key);
-          // A wake-up of a JobWorker whose children exist: served before first-time creations.
-          q.add(key, true);
-        },
+      const deployments = this.ownedInformer('apps/v1', 'Deployment', namespace, (key, obj) => {
+        if (obj && hasItsPods(obj)) this.creationEnded(key);
+        // A wake-up of a JobWorker whose children exist: served before first-time creations.
+        q.add(key, true);
       });
-      this.caches.set(`JobWorker/${namespace ?? ''}`, jobWorkers);
-      this.caches.set(`Deployment/${namespace ?? ''}`, deployments);
-      return [jobWorkers, deployments];
+      // A Service or PDB deleted is put back at once; one edited, at its JobWorker's next
+      // reconcile (each compares them with the watch's copy). Waking on every change would
+      // reconcile each new JobWorker twice more for its own creates.
+      const wake = (key: string, obj: KubeObject | undefined) => {
+        if (!obj) q.add(key, true);
+      };
+      const services = this.ownedInformer('v1', 'Service', namespace, wake);
+      const pdbs = this.ownedInformer('policy/v1', 'PodDisruptionBudget', namespace, wake);
+      // Read at reconciles, never a reason for one: Deployments say when pods change.
+      const pods = this.ownedInformer('v1', 'Pod', namespace, undefined, slimPod);
+      const records = this.ownedInformer('apps/v1', 'ControllerRevision', namespace);
+      const all = [jobWorkers, deployments, services, pdbs, pods, records];
+      for (const i of all) this.caches.set(`${i.kind}/${namespace ?? ''}`, i);
+      return all;
     });
     const replayInformers = d.namespaces.map(
       (namespace) =>
@@ -151,9 +151,7 @@ export class LeadershipTerm {
         this.synced = true;
         const reconcile = this.traced('jobworker', async (key) => {
           try {
-            return await d.reconciler.reconcile(key, (kind, ns, name) =>
-              this.cached(kind, ns, name),
-            );
+            return await d.reconciler.reconcile(key, this.cache);
           } catch (err) {
             // A JobWorker that cannot be created (a Secret missing, an invalid spec)
             // must not hold a turn while it backs off: it queues again on its retry.
@@ -202,8 +200,8 @@ export class LeadershipTerm {
   /** A JobWorker without its Deployment is a creation: one of the window's, or it waits. */
   private mayCreate(key: string): boolean {
     const [namespace, name] = key.split('/') as [string, string];
-    const jw = this.cached('JobWorker', namespace, name);
-    if (!jw || jw.metadata.deletionTimestamp || this.cached('Deployment', namespace, name))
+    const jw = this.cache.get('JobWorker', namespace, name);
+    if (!jw || jw.metadata.deletionTimestamp || this.cache.get('Deployment', namespace, name))
       return true;
     return this.creations.admit(key, Date.now());
   }
@@ -217,15 +215,50 @@ export class LeadershipTerm {
     for (const k of keys) this.queue.add(k);
   }
 
-  /** The JobWorker or Deployment as this term's watch last saw it. */
-  cached(
-    kind: 'JobWorker' | 'Deployment',
-    namespace: string,
-    name: string,
-  ): KubeObject | undefined {
-    return (this.caches.get(`${kind}/${namespace}`) ?? this.caches.get(`${kind}/`))?.cache.get(
-      `${namespace}/${name}`,
-    );
+  /** What this term's watches last saw: the reconciles read nothing else of the cluster. */
+  readonly cache: ObjectCache = {
+    get: (kind, namespace, name) =>
+      this.informer(kind, namespace)?.cache.get(`${namespace}/${name}`),
+    owned: (kind, namespace, jobworker) =>
+      this.informer(kind, namespace)?.byLabel(namespace, jobworker) ?? [],
+  };
+
+  private informer(kind: string, namespace: string): Informer | undefined {
+    return this.caches.get(`${kind}/${namespace}`) ?? this.caches.get(`${kind}/`);
+  }
+
+  /**
+   * A watch of one kind of the objects the operator makes (labelled as
+   * managed by jobfleet), indexed by their JobWorker; `wake`, when given,
+   * hears which JobWorker's object changed.
+   */
+  private ownedInformer(
+    apiVersion: string,
+    kind: string,
+    namespace: string | undefined,
+    wake?: (key: string, obj: KubeObject | undefined) => void,
+    slim?: (obj: KubeObject) => KubeObject,
+  ): Informer {
+    const d = this.d;
+    return new Informer(d.client, {
+      apiVersion,
+      kind,
+      namespace,
+      labelSelector: 'app.kubernetes.io/managed-by=jobfleet',
+      indexLabel: LABEL_JOBWORKER,
+      // nothing asks who set these objects' fields
+      dropManagedFields: 'all',
+      ...(slim && { slim }),
+      resyncMs: 24 * 3600_000,
+      log: d.log,
+      onWatchRestart: () => d.onWatchRestart?.(kind),
+      onChange: (_key, obj, gone) => {
+        const seen = obj ?? gone;
+        const owner = seen?.metadata.labels?.[LABEL_JOBWORKER];
+        if (!wake || !seen || !owner) return;
+        wake(keyOf({ metadata: { namespace: seen.metadata.namespace, name: owner } }), obj);
+      },
+    });
   }
 
   idle(): Promise<void> {

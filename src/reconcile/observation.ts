@@ -36,6 +36,12 @@ export interface Observation {
   deployment: KubeObject | undefined;
   /** the Cohort strategy's Deployment (<name>-cohort), when one exists */
   cohortDeployment?: KubeObject;
+  /** its other children as the watches last saw them: the metrics Service and the PDB */
+  others: KubeObject[];
+  /** the pods labelled as this JobWorker's, as the watch last saw them (only what is read of them) */
+  pods: KubeObject[];
+  /** the ControllerRevisions labelled as this JobWorker's, whoever owns them (a JobWorker of the same name before may have left some) */
+  records: KubeObject[];
   /** read only when the spec is valid and nothing is missing */
   queue?: QueueObservation;
   /** whether the queue is read at all (a management URL is set): the reconcile polls then */

@@ -6,7 +6,7 @@
 // and what each pod saw of the queue's head, for the measured age
 // (src/reconcile/queue-age.ts). And what each pod holds, before a scale-down
 // (src/reconcile/scale-down.ts).
-import type { KubeClient, KubeObject } from '../kube/client.js';
+import type { KubeObject } from '../kube/client.js';
 import type { PodCounters } from '../reconcile/capacity.js';
 import {
   LATENCY_BOUNDS,
@@ -14,7 +14,7 @@ import {
   type PodCounters as RevisionCounters,
   type PodSample,
 } from '../reconcile/cohort-figures.js';
-import { LABEL_JOBWORKER, LABEL_REVISION } from '../reconcile/desired.js';
+import { LABEL_REVISION } from '../reconcile/desired.js';
 import type { HeadReading } from '../reconcile/queue-age.js';
 import { DELETION_COST, type PodLoad } from '../reconcile/scale-down.js';
 import { workerUrl, type PodShape } from './worker-readiness.js';
@@ -23,16 +23,13 @@ import { workerUrl, type PodShape } from './worker-readiness.js';
 const COUNTERS_FROM_AT_MOST = 10;
 const TIMEOUT_MS = 1000;
 
-type Pod = KubeObject & PodShape;
+export type Pod = KubeObject & PodShape;
 
-async function jobWorkerPods(client: KubeClient, namespace: string, name: string): Promise<Pod[]> {
-  const list = await client.list<Pod>('v1', 'Pod', namespace, {
-    labelSelector: `${LABEL_JOBWORKER}=${name}`,
-  });
-  return list.items
+/** The pods still running, in a stable order (a sample is the same pods each time). */
+const running = (pods: Pod[]): Pod[] =>
+  pods
     .filter((p) => !p.metadata.deletionTimestamp)
     .sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
-}
 
 const ready = (p: Pod) =>
   p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
@@ -60,12 +57,10 @@ const HEADS_FROM_AT_MOST = 20;
  * the age's error; `counters`, the figures capacity needs, from ready pods.
  */
 export async function readWorkerPods(
-  client: KubeClient,
-  namespace: string,
-  name: string,
+  owned: Pod[],
   want: { heads: boolean; counters: boolean },
 ): Promise<{ heads?: HeadReading[]; counters?: PodCounters[] }> {
-  const pods = await jobWorkerPods(client, namespace, name);
+  const pods = running(owned);
   const forHeads = want.heads ? pods.slice(0, HEADS_FROM_AT_MOST) : [];
   const forCounters = want.counters ? pods.filter(ready).slice(0, COUNTERS_FROM_AT_MOST) : [];
   const texts = new Map(
@@ -107,12 +102,8 @@ export function parseHead(text: string): HeadReading | undefined {
 }
 
 /** Every pod of the JobWorker and what it holds (undefined where it did not answer). */
-export async function readPodLoad(
-  client: KubeClient,
-  namespace: string,
-  name: string,
-): Promise<PodLoad[]> {
-  const pods = await jobWorkerPods(client, namespace, name);
+export async function readPodLoad(owned: Pod[]): Promise<PodLoad[]> {
+  const pods = running(owned);
   return Promise.all(
     pods.map(async (pod) => {
       const text = ready(pod) ? await scrape(pod) : undefined;
@@ -139,12 +130,8 @@ type RestartShape = { status?: { containerStatuses?: Array<{ restartCount?: numb
  * revision and restarts, and its counters where it answers: what a cohort
  * step's analysis compares (src/reconcile/cohort-figures.ts).
  */
-export async function readCohortSamples(
-  client: KubeClient,
-  namespace: string,
-  name: string,
-): Promise<PodSample[]> {
-  const pods = await jobWorkerPods(client, namespace, name);
+export async function readCohortSamples(owned: Pod[]): Promise<PodSample[]> {
+  const pods = running(owned);
   return Promise.all(
     pods.map(async (pod) => {
       const text = await scrape(pod);

@@ -3,8 +3,8 @@
 // or, for a worker that exited, the last line it logged, kept in its
 // container's last termination message. A few pods at most, in parallel,
 // each with a short timeout: enough to name the fault.
-import type { KubeClient, KubeObject } from '../kube/client.js';
-import { LABEL_JOBWORKER, METRICS_PORT } from '../reconcile/desired.js';
+import type { KubeObject } from '../kube/client.js';
+import { METRICS_PORT } from '../reconcile/desired.js';
 import { PASSING } from '../../worker/readiness.js';
 import { CONTAINER_REASONS, type ContainerReason } from '../reconcile/reasons.js';
 import { parseWorkerWords, type WorkerReport } from '../reconcile/workers.js';
@@ -13,6 +13,7 @@ const ASK_AT_MOST = 5;
 
 const TIMEOUT_MS = 1000;
 
+/** What the operator reads of a worker pod; its pod cache keeps only this (slimPod). */
 export interface PodShape {
   spec?: {
     containers?: Array<{ name?: string; ports?: Array<{ name?: string; containerPort?: number }> }>;
@@ -22,21 +23,54 @@ export interface PodShape {
     conditions?: Array<{ type: string; status: string }>;
     containerStatuses?: Array<{
       name?: string;
+      restartCount?: number;
       state?: { waiting?: { reason?: string } };
       lastState?: { terminated?: { exitCode?: number; message?: string } };
     }>;
   };
 }
 
+/**
+ * A pod as the operator's cache keeps it: what PodShape names and the
+ * metadata (most of a pod — volumes, env, probes, managed fields — is never
+ * read here, and a fleet has many pods).
+ */
+export function slimPod(pod: KubeObject): KubeObject {
+  const p = pod as KubeObject & PodShape;
+  const m = p.metadata;
+  return {
+    apiVersion: p.apiVersion,
+    kind: p.kind,
+    metadata: {
+      name: m.name,
+      namespace: m.namespace,
+      uid: m.uid,
+      resourceVersion: m.resourceVersion,
+      creationTimestamp: m.creationTimestamp,
+      ...(m.deletionTimestamp && { deletionTimestamp: m.deletionTimestamp }),
+      ...(m.labels && { labels: m.labels }),
+      ...(m.annotations && { annotations: m.annotations }),
+    },
+    spec: {
+      containers: (p.spec?.containers ?? []).map((c) => ({ name: c.name, ports: c.ports })),
+    },
+    status: {
+      podIP: p.status?.podIP,
+      conditions: (p.status?.conditions ?? []).map((c) => ({ type: c.type, status: c.status })),
+      containerStatuses: (p.status?.containerStatuses ?? []).map((c) => ({
+        name: c.name,
+        restartCount: c.restartCount,
+        state: c.state,
+        lastState: c.lastState,
+      })),
+    },
+  };
+}
+
 export async function readWorkerReports(
-  client: KubeClient,
-  namespace: string,
-  name: string,
+  pods: Array<KubeObject & PodShape>,
 ): Promise<WorkerReport[]> {
-  const list = await client.list<KubeObject & PodShape>('v1', 'Pod', namespace, {
-    labelSelector: `${LABEL_JOBWORKER}=${name}`,
-  });
-  const unready = list.items
+  const unready = pods
     .filter((p) => !p.metadata.deletionTimestamp)
     .filter((p) => !p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'))
     .slice(0, ASK_AT_MOST);

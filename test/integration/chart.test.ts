@@ -449,12 +449,7 @@ describe('the Helm chart, installed', () => {
       'claims-db': 'postgres://user:pw@127.0.0.1:1/claims',
       'rabbitmq-management': 'http://user:pw@127.0.0.1:1/',
     });
-    // Drift repair (a GET of the Service and PDB) on every reconcile, so the run uses every verb granted.
-    op = await testOperator(client, ns.namespace, {
-      identity: 'chart-op',
-      pollMs: 1000,
-      verifyEveryMs: 0,
-    });
+    op = await testOperator(client, ns.namespace, { identity: 'chart-op', pollMs: 1000 });
     const example = parse(
       readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8'),
     ) as Doc;

@@ -174,6 +174,9 @@ class World {
       spec: p.spec,
       problems: [],
       secrets: new Map(),
+      others: [],
+      pods: [],
+      records: [],
       deployment: structuredClone(this.deployments.get(NAME)),
       ...(this.deployments.has(cohortDeploymentName(NAME)) && {
         cohortDeployment: structuredClone(this.deployments.get(cohortDeploymentName(NAME))),

@@ -2,7 +2,8 @@
 // read still running when the JobWorker is deleted must not bring its metric
 // series back (an alert would fire for what no longer exists).
 import { describe, expect, it } from 'vitest';
-import { Observer } from '../../src/controller/observe.js';
+import { JobWorkerMemories } from '../../src/controller/memory.js';
+import { Observer, type ObjectCache } from '../../src/controller/observe.js';
 import type { KubeClient, KubeObject } from '../../src/kube/client.js';
 import { operatorMetrics } from '../../src/metrics.js';
 import type { DeadLetterReader, DeadLetterStats } from '../../src/signals/dead-letters.js';
@@ -20,7 +21,10 @@ const jobWorker: KubeObject = {
   },
 };
 
-/** Secrets exist, the Deployment does not; nothing else is read. */
+/** The watches have seen nothing of the JobWorker's children. */
+const cache: ObjectCache = { get: () => undefined, owned: () => [] };
+
+/** Secrets exist; nothing else is read. */
 const client = {
   find: (_apiVersion: string, kind: string, _ns: string, name: string) =>
     Promise.resolve(
@@ -39,7 +43,9 @@ function setUp() {
     read: () => new Promise<DeadLetterStats>((resolve) => (finish = resolve)),
   } as unknown as DeadLetterReader;
   const metrics = operatorMetrics();
+  const memory = new JobWorkerMemories();
   const observer = new Observer({
+    memory,
     client,
     metrics,
     now: () => new Date('2026-11-30T12:00:00Z'),
@@ -49,7 +55,7 @@ function setUp() {
   const series = async () =>
     (await metrics.registry.getSingleMetric('jobfleet_dead_letters_quarantined')?.get())?.values
       .length ?? 0;
-  return { observer, series, finish: (s: DeadLetterStats) => finish(s) };
+  return { observer, memory, series, finish: (s: DeadLetterStats) => finish(s) };
 }
 
 const stats = { quarantined: 3, oldestAt: new Date('2026-11-30T11:00:00Z') } as DeadLetterStats;
@@ -57,7 +63,7 @@ const stats = { quarantined: 3, oldestAt: new Date('2026-11-30T11:00:00Z') } as 
 describe('Observer: quarantine reads', () => {
   it('a read that finishes writes the JobWorker’s series', async () => {
     const { observer, series, finish } = setUp();
-    const observed = observer.observe(jobWorker);
+    const observed = observer.observe(jobWorker, cache);
     await new Promise((r) => setImmediate(r));
     finish(stats);
     expect((await observed).deadLetters?.stats?.quarantined).toBe(3);
@@ -65,10 +71,10 @@ describe('Observer: quarantine reads', () => {
   });
 
   it('a read that finishes after the JobWorker was forgotten writes nothing', async () => {
-    const { observer, series, finish } = setUp();
-    const observed = observer.observe(jobWorker);
+    const { observer, memory, series, finish } = setUp();
+    const observed = observer.observe(jobWorker, cache);
     await new Promise((r) => setImmediate(r));
-    observer.forget('ns', 'w');
+    memory.forget('ns/w');
     finish(stats);
     await observed;
     expect(await series()).toBe(0);

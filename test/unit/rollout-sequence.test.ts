@@ -160,6 +160,9 @@ class World {
       spec: this.parsed,
       problems: [],
       secrets: new Map(),
+      others: [],
+      pods: [],
+      records: [],
       deployment: this.deployment && structuredClone(this.deployment),
       queue:
         age === undefined

@@ -116,6 +116,9 @@ describe('the plan of a scale-down', () => {
       spec: parsed.spec,
       problems: [],
       secrets: new Map(),
+      others: [],
+      pods: [],
+      records: [],
       deployment,
       queue: {
         ok: true,
