@@ -44,7 +44,14 @@ export interface OperatorBench {
   /** steady-state writes by kind (empty when there were none) */
   steadyByKind: Record<string, number>;
   /** where the time went until converged: CPU seconds of the operator and of the control plane's processes (apiserver, etcd, controllers, kwok), and the floor's control plane */
-  cpu: { operator: number; controlPlane: number; floorControlPlane: number };
+  cpu: {
+    operator: number;
+    controlPlane: number;
+    floorControlPlane: number;
+    /** each control-plane process's share, this run and the floor's */
+    byProcess: Record<string, number>;
+    floorByProcess: Record<string, number>;
+  };
   /** reconciles until converged, the seconds they took in all, and how long keys waited in the queue in all */
   reconciles: { count: number; seconds: number; queueWaitSeconds: number };
 }
@@ -79,8 +86,18 @@ function gauge(text: string, metric: string, labelled = false): number {
   return Number(line?.split(' ')[1] ?? NaN);
 }
 
-/** CPU seconds so far of a control plane's processes, summed. */
-const planeCpu = (pids: number[]) => pids.reduce((sum, pid) => sum + processCpuSeconds(pid), 0);
+/** CPU seconds so far of each of a control plane's processes, by name (kube-apiserver, etcd, …). */
+function planeCpu(pids: number[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const pid of pids) {
+    const name = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+    out[name] = (out[name] ?? 0) + processCpuSeconds(pid);
+  }
+  return out;
+}
+
+const minus = (a: Record<string, number>, b: Record<string, number>) =>
+  Object.fromEntries(Object.entries(a).map(([k, v]) => [k, v - (b[k] ?? 0)]));
 
 /** API writes so far, by kind (jobfleet_api_writes_total). */
 const writesByKind = async (port: number) =>
@@ -138,7 +155,7 @@ function exampleSpec(): { broker: Record<string, unknown> } & Record<string, unk
  */
 async function floorRun(
   count: number,
-): Promise<{ seconds: number; medianAvailable: number; cpu: number }> {
+): Promise<{ seconds: number; medianAvailable: number; cpu: Record<string, number> }> {
   const plane = await startControlPlane({ beforeControllers: installCrds });
   const cpu0 = planeCpu(plane.pids);
   try {
@@ -190,7 +207,7 @@ async function floorRun(
     return {
       seconds: (performance.now() - t0) / 1000,
       medianAvailable: quantile(availableAt, 0.5),
-      cpu: planeCpu(plane.pids) - cpu0,
+      cpu: minus(planeCpu(plane.pids), cpu0),
     };
   } finally {
     await plane.stop();
@@ -208,7 +225,7 @@ export async function runOperatorBench(opts: {
   rabbit?: { amqpUrl: string; mgmtUrl: string };
 }): Promise<OperatorBench> {
   const floor = opts.rabbit
-    ? { seconds: 0, medianAvailable: 0, cpu: 0 }
+    ? { seconds: 0, medianAvailable: 0, cpu: {} }
     : await floorRun(opts.count);
   const plane = await startControlPlane({ beforeControllers: installCrds });
   const client = KubeClient.fromFile(plane.kubeconfigPath);
@@ -306,10 +323,13 @@ export async function runOperatorBench(opts: {
       await sleep(1000);
     }
     const convergeSeconds = (performance.now() - t0) / 1000;
+    const byProcess = minus(planeCpu(plane.pids), cpu0.plane);
     const cpu = {
       operator: processCpuSeconds(operator.pid!) - cpu0.operator,
-      controlPlane: planeCpu(plane.pids) - cpu0.plane,
-      floorControlPlane: floor.cpu,
+      controlPlane: total(byProcess),
+      floorControlPlane: total(floor.cpu),
+      byProcess,
+      floorByProcess: floor.cpu,
     };
     const times = [...healthyAt.values()].sort((a, b) => a - b);
     const lags = [...healthyAt]

@@ -41,14 +41,18 @@ ${renderClaimSection(r)}`,
 
 if (!only || only === 'operator') {
   const quick = process.argv.includes('--quick');
-  const runsArg = process.argv.indexOf('--runs');
-  const runs = runsArg > 0 ? Number(process.argv[runsArg + 1]) : 3;
+  const arg = (name: string) => {
+    const i = process.argv.indexOf(name);
+    return i > 0 ? Number(process.argv[i + 1]) : undefined;
+  };
+  const runs = arg('--runs') ?? 3;
+  const steady = arg('--steady') ?? (quick ? 30 : 300);
   // Each run its own floor and its own operator, back to back; the steady-state window once, in the last.
   const rs = [];
   for (let i = 0; i < runs; i++) {
     const r = await runOperatorBench({
       count: quick ? 100 : 1000,
-      steadySeconds: i === runs - 1 ? (quick ? 30 : 300) : 0,
+      steadySeconds: i === runs - 1 ? steady : 0,
       resyncSeconds: 60,
     });
     console.error(r);
