@@ -63,7 +63,8 @@ Steady state, after the last run converged: ${last.steadyWrites} API writes in $
 
 The floor runs first, on a fresh control plane of its own (the operator's run then gets another), so neither
 sees the other's objects. API requests count every call the operator made until the last JobWorker turned
-Healthy (lists and watches included, spread over the JobWorkers), by verb and resource. Both runs poll every second:
+Healthy (lists and watches included, spread over the JobWorkers), by verb and resource. Both runs time each object
+from a watch (lists every second were a load of their own on the apiserver):
 "Deployment Available → JobWorker Healthy" is the operator's own lag behind the control plane, the floor's median
 says how progressive the control plane itself is with this many objects at once. CPU: user + system seconds from
 \`/proc/PID/stat\` over the time to converge, of the operator's process and of every control-plane process
