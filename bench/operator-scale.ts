@@ -17,6 +17,14 @@ import { freePort, repoRoot, startControlPlane } from '../test/ground/control-pl
 import { compiled } from '../test/ground/compiled.js';
 import { installCrds } from '../test/ground/kube.js';
 import { processCpuSeconds } from './peers/server-cpu.js';
+import { profileApiserver } from './apiserver-profile.js';
+
+/** JOBFLEET_BENCH_PPROF=<dir>: a 40 s CPU profile of the apiserver from 5 s into each run (./apiserver-profile.ts). */
+const PPROF_DIR = process.env.JOBFLEET_BENCH_PPROF;
+const profiled = (kubeconfigPath: string, name: string): Promise<void> =>
+  PPROF_DIR
+    ? sleep(5000).then(() => profileApiserver(kubeconfigPath, 40, PPROF_DIR, name))
+    : Promise.resolve();
 
 export interface OperatorBench {
   count: number;
@@ -222,6 +230,7 @@ async function floorRun(
       return { ...o, metadata };
     };
     const t0 = performance.now();
+    const profile = profiled(plane.kubeconfigPath, 'floor');
     const names = Array.from({ length: count }, (_, i) => `w-${String(i).padStart(4, '0')}`);
     for (let i = 0; i < names.length; i += 50) {
       await Promise.all(
@@ -250,8 +259,10 @@ async function floorRun(
       t0,
       (d) => available(d),
     );
+    const seconds = (performance.now() - t0) / 1000;
+    await profile;
     return {
-      seconds: (performance.now() - t0) / 1000,
+      seconds,
       medianAvailable: quantile(
         [...availableAt.values()].sort((a, b) => a - b),
         0.5,
@@ -327,6 +338,7 @@ export async function runOperatorBench(opts: {
       example.spec.broker.managementUrlSecretRef = { name: 'rabbitmq', key: 'management-url' };
     const t0 = performance.now();
     const cpu0 = { operator: processCpuSeconds(operator.pid!), plane: planeCpu(plane.pids) };
+    const profile = profiled(plane.kubeconfigPath, 'operator');
     const names = Array.from({ length: opts.count }, (_, i) => `w-${String(i).padStart(4, '0')}`);
     for (let i = 0; i < names.length; i += 50) {
       await Promise.all(
@@ -355,6 +367,7 @@ export async function runOperatorBench(opts: {
       byProcess,
       floorByProcess: floor.cpu,
     };
+    await profile;
     const times = [...healthyAt.values()].sort((a, b) => a - b);
     const lags = [...healthyAt]
       .map(([name, at]) => at - (availableAt.get(name) ?? at))
