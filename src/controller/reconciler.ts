@@ -139,7 +139,7 @@ export class JobWorkerReconciler {
       failed = err instanceof Error ? err : new Error(String(err));
     }
     if (s.status) {
-      await this.writeStatus(s.status.object);
+      await this.write(s.status.object, 'status');
       memory.status = s.status.remember;
       faultAfterRolloutStep((s.status.object.status as JobWorkerStatus).rollout?.phase);
     }
@@ -239,17 +239,21 @@ export class JobWorkerReconciler {
       });
   }
 
-  private async write(obj: KubeObject): Promise<void> {
-    this.d.metrics.apiWrites.inc({ kind: obj.kind });
-    await this.d.client.apply(obj, FIELD_MANAGER);
-  }
-
-  /** The status, whole (the operator owns every field of it); a JobWorker deleted meanwhile has none to write. */
-  private async writeStatus(obj: KubeObject): Promise<void> {
-    this.d.metrics.apiWrites.inc({ kind: `${obj.kind}/status` });
-    await this.d.client.replaceStatus(obj, FIELD_MANAGER).catch((err: unknown) => {
-      if (!(err instanceof KubeApiError && err.status === 404)) throw err;
-    });
+  private async write(obj: KubeObject, subresource?: 'status'): Promise<KubeObject> {
+    this.d.metrics.apiWrites.inc({ kind: subresource ? `${obj.kind}/status` : obj.kind });
+    try {
+      return await this.d.client.apply<KubeObject>(
+        obj,
+        FIELD_MANAGER,
+        subresource ? { subresource } : {},
+      );
+    } catch (err) {
+      if (err instanceof KubeApiError && err.status === 404 && subresource) {
+        // Deleted while we worked: nothing to report on.
+        return obj;
+      }
+      throw err;
+    }
   }
 
   private forget(namespace: string, name: string): void {

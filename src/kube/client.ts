@@ -497,24 +497,6 @@ export class KubeClient {
     );
   }
 
-  /**
-   * The whole status replaced by `obj.status` (a JSON patch on the status
-   * subresource, under `fieldManager`). For a writer that owns every status
-   * field: the same result as a server-side apply of the status, at a
-   * fraction of the apiserver's work on a large custom resource (no merge of
-   * field sets against the applied configuration).
-   */
-  replaceStatus<T extends KubeObject>(obj: KubeObject, fieldManager: string): Promise<T> {
-    const path = resourcePath(obj.apiVersion, obj.kind, obj.metadata.namespace, obj.metadata.name);
-    const qs = new URLSearchParams({ fieldManager });
-    return this.request<T>(
-      'PATCH',
-      `${path}/status?${qs.toString()}`,
-      [{ op: 'add', path: '/status', value: obj.status }],
-      'application/json-patch+json',
-    );
-  }
-
   /** POST: fails with 409 when the object exists. `fieldManager` names who wrote its fields. */
   create<T extends KubeObject>(
     obj: KubeObject,
