@@ -4,22 +4,12 @@
 import { describe, expect, it } from 'vitest';
 import { JobWorkerMemories } from '../../src/controller/memory.js';
 import { Observer, type ObjectCache } from '../../src/controller/observe.js';
-import type { KubeClient, KubeObject } from '../../src/kube/client.js';
+import type { KubeClient } from '../../src/kube/client.js';
 import { operatorMetrics } from '../../src/metrics.js';
+import { jobWorkerObject } from './jobworker-fixture.js';
 import type { DeadLetterReader, DeadLetterStats } from '../../src/signals/dead-letters.js';
 
-const jobWorker: KubeObject = {
-  apiVersion: 'jobfleet.dev/v1alpha1',
-  kind: 'JobWorker',
-  metadata: { name: 'w', namespace: 'ns', generation: 1 },
-  spec: {
-    image: 'r/w:1',
-    broker: { urlSecretRef: { name: 'rabbitmq', key: 'url' }, queue: 'q' },
-    claims: { urlSecretRef: { name: 'claims-db', key: 'url' } },
-    contract: { idempotencyKey: 'k:{id}', schemaVersions: [1] },
-    deadLetter: { owner: 'team' },
-  },
-};
+const jobWorker = jobWorkerObject();
 
 /** The watches have seen nothing of the JobWorker's children. */
 const cache: ObjectCache = { get: () => undefined, owned: () => [] };

@@ -19,19 +19,9 @@ import {
   type PlannedWrites,
   type Write,
 } from '../../src/reconcile/writes.js';
+import { jobWorkerObject } from './jobworker-fixture.js';
 
-const raw: KubeObject = {
-  apiVersion: 'jobfleet.dev/v1alpha1',
-  kind: 'JobWorker',
-  metadata: { name: 'w', namespace: 'ns', uid: 'u-1', generation: 1, resourceVersion: '10' },
-  spec: {
-    image: 'r/w:1',
-    broker: { urlSecretRef: { name: 'rabbitmq', key: 'url' }, queue: 'q' },
-    claims: { urlSecretRef: { name: 'claims-db', key: 'url' } },
-    contract: { idempotencyKey: 'k:{id}', schemaVersions: [1] },
-    deadLetter: { owner: 'team' },
-  },
-};
+const raw = jobWorkerObject({ uid: 'u-1', resourceVersion: '10' });
 const parsed = parseSpec(raw.spec);
 if (!parsed.ok) throw new Error(parsed.problems.join('; '));
 const jw = { ...raw, spec: parsed.spec } as unknown as JobWorker;
