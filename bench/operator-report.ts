@@ -82,5 +82,22 @@ when nothing changed, so the target is 0.
 `;
 }
 
-/** What profiling a slow run found, and what changed: written once it is known. */
-const FINDING = '';
+/** What profiling the slow runs found (2026-12-03, this machine), and what was tried. */
+const FINDING = `**Why the ratio moves between machines of this kind (profiled 2026-12-03 with \`JOBFLEET_BENCH_PPROF\`, runs of
+1,000 each):** both runs are CPU-bound on two cores. The floor alone keeps them busy (its control plane used
+120–131 s of CPU in 63–71 s). In the operator's run the control plane used 210–227 s, and the difference is the
+apiserver's: 152–163 s against the floor's 70–78 s (etcd, the controller manager, the scheduler and kwok used about
+the same in both). It is the requests the floor does not make — per JobWorker the JobWorker itself, its
+ControllerRevision, three status writes, the Created event, and the watch events of what the operator watches.
+A custom resource is dear to the apiserver: in the profile, the JobWorker status writes were 16 % of its samples
+(\`customresource.(*StatusREST).Update\`: the whole object's schema coercion, validation and managed fields, about
+8 ms of CPU a write), watch encoding 6 %. The operator's own process used another 30–32 s. With every core busy,
+convergence takes as long as all that CPU does, so the ratio is about (control plane + operator CPU) / (the floor's
+control-plane CPU): 1.6–2.3 in seven runs today, against 1.07 on 2026-12-01, when the floor (46.7 s) left CPU idle that the
+operator's work filled. Tried and measured: the status written by JSON patch instead of server-side apply — the same
+apiserver CPU (152.4 s against 153.9 s), reverted; the bench's own list of a thousand JobWorkers every second replaced by
+watches — the same apiserver CPU, kept (it measures without adding load); the code before this round's
+informers (86470d2) — 162.7 s of apiserver CPU and 31.0 s of the operator's, no cheaper. At 1.2× on a saturated
+machine the operator's added control-plane work would have to stay under a fifth of the floor's, which the accepted
+budget of about 8 requests per new JobWorker (three of them status writes of a custom resource) does not allow:
+that target needs a decision, not a fix.`;

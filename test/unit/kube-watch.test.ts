@@ -109,4 +109,72 @@ describe('Informer cache', () => {
     }
     server.closeAllConnections();
   });
+
+  it('indexes objects by their JobWorker label, per namespace, and forgets one deleted', async () => {
+    const pod = (namespace: string, name: string, jobworker: string) => ({
+      metadata: {
+        name,
+        namespace,
+        resourceVersion: '1',
+        labels: { 'jobfleet.dev/jobworker': jobworker },
+      },
+    });
+    server = http.createServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      if (!req.url?.includes('watch=')) {
+        res.end(
+          JSON.stringify({
+            metadata: { resourceVersion: '5' },
+            items: [
+              pod('a', 'p1', 'w'),
+              pod('b', 'p2', 'w'),
+              pod('a', 'p3', 'other'),
+              pod('a', 'p4', 'w'),
+            ],
+          }),
+        );
+        return;
+      }
+      // then p1 goes, and the watch stays open
+      res.write(
+        `${JSON.stringify({ type: 'DELETED', object: { ...pod('a', 'p1', 'w'), kind: 'Pod' } })}\n`,
+      );
+    });
+    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+    const { port } = server.address() as AddressInfo;
+    const client = new KubeClient({
+      getCurrentCluster: () => ({ server: `http://127.0.0.1:${port}` }),
+      getCurrentContext: () => 'test',
+      getContextObject: () => null,
+      applyToHTTPSOptions: () => Promise.resolve(),
+    });
+    let deleted: (gone: string | undefined) => void = () => undefined;
+    const gone = new Promise<string | undefined>((r) => (deleted = r));
+    const informer = new Informer(client, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      resyncMs: 60_000,
+      indexLabel: 'jobfleet.dev/jobworker',
+      onChange: (_key, obj, was) => {
+        if (!obj) deleted(was?.metadata.name);
+      },
+      log: pino({ level: 'silent' }),
+    });
+    await informer.start();
+    const names = (ns: string, jw: string) =>
+      informer
+        .byLabel(ns, jw)
+        .map((p) => p.metadata.name)
+        .sort();
+    try {
+      // the list, before the watch's deletion may have come
+      expect(names('b', 'w')).toEqual(['p2']);
+      expect(names('a', 'other')).toEqual(['p3']);
+      expect(await gone).toBe('p1');
+      expect(names('a', 'w')).toEqual(['p4']);
+    } finally {
+      informer.stop();
+      server.closeAllConnections();
+    }
+  });
 });
