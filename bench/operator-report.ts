@@ -91,10 +91,14 @@ the same in both). It is the requests the floor does not make — per JobWorker 
 ControllerRevision, three status writes, the Created event, and the watch events of what the operator watches.
 A custom resource is dear to the apiserver: in the profile, the JobWorker status writes were 16 % of its samples
 (\`customresource.(*StatusREST).Update\`: the whole object's schema coercion, validation and managed fields, about
-8 ms of CPU a write), watch encoding 6 %. The operator's own process used another 30–32 s. With every core busy,
+8 ms of CPU a write), watch encoding 6 %. The operator's own process used another 30–32 s: about 10,000 reconciles
+(10 per JobWorker, as its Deployment, its status and its pods change) at about 1.5 ms of CPU each — its Node profile
+(\`--cpu-prof\`) puts the most into parsing watch events and responses, the spec's validation and revision hash at
+every reconcile, and the status comparison. With every core busy,
 convergence takes as long as all that CPU does, so the ratio is about (control plane + operator CPU) / (the floor's
-control-plane CPU): 1.6–2.3 in seven runs today, against 1.07 on 2026-12-01, when the floor (46.7 s) left CPU idle that the
-operator's work filled. Tried and measured: the status written by JSON patch instead of server-side apply — the same
+control-plane CPU): 1.6–2.3 in the runs of today, against 1.07 on 2026-12-01, when the floor (46.7 s) left CPU idle that the
+operator's work filled. The creation window does not move it: without one (\`JOBFLEET_CREATION_WINDOW=0\`, beside a test loop that loaded the machine for floor and run alike) a run took
+1.86× its floor, the apiserver as busy, the median JobWorker Healthy later (75 % of the total). Tried and measured: the status written by JSON patch instead of server-side apply — the same
 apiserver CPU (152.4 s against 153.9 s), reverted; the bench's own list of a thousand JobWorkers every second replaced by
 watches — the same apiserver CPU, kept (it measures without adding load); the code before this round's
 informers (86470d2) — 162.7 s of apiserver CPU and 31.0 s of the operator's, no cheaper. At 1.2× on a saturated
