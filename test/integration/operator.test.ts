@@ -256,6 +256,53 @@ describe('JobWorker → worker Deployment', () => {
     );
   });
 
+  it('puts back a child deleted by hand at once, and one edited by hand at its next reconcile', async () => {
+    await secrets();
+    // A resync far beyond the test, and no queue to poll: only a watch brings the operator back.
+    await operator('op-1', 3_600_000);
+    const broker = { ...(example.spec.broker as Record<string, unknown>) };
+    delete broker.managementUrlSecretRef;
+    const spec = { ...example.spec, broker };
+    await applyJobWorker(spec);
+    await eventually('revision 1', async () =>
+      (await getJw()).status?.currentRevision === '1' ? true : undefined,
+    );
+    const pdb = () =>
+      client.find<KubeObject & { spec: { maxUnavailable?: number } }>(
+        'policy/v1',
+        'PodDisruptionBudget',
+        ns.namespace,
+        'order-shipper',
+      );
+    const service = () => client.find('v1', 'Service', ns.namespace, 'order-shipper-metrics');
+    const before = (await service())!.metadata.uid;
+    await client.delete('v1', 'Service', ns.namespace, 'order-shipper-metrics');
+    const back = await eventually(
+      'the Service made again',
+      async () => {
+        const s = await service();
+        return s && s.metadata.uid !== before ? s : undefined;
+      },
+      20_000,
+    );
+    expect(back.metadata.ownerReferences).toMatchObject([
+      { kind: 'JobWorker', name: 'order-shipper' },
+    ]);
+    // An edit wakes nothing by itself; the JobWorker's next reconcile (here, its spec edited) restores it.
+    await client.request(
+      'PATCH',
+      `/apis/policy/v1/namespaces/${ns.namespace}/poddisruptionbudgets/order-shipper`,
+      { spec: { maxUnavailable: 5 } },
+      'application/merge-patch+json',
+    );
+    await applyJobWorker({ ...spec, scaling: { maxReplicas: 9 } });
+    await eventually(
+      'the PDB restored',
+      async () => ((await pdb())?.spec.maxUnavailable === 1 ? true : undefined),
+      20_000,
+    );
+  });
+
   it('runs pods in a namespace that enforces the restricted Pod Security profile', async () => {
     await client.apply(
       {
