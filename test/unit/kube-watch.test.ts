@@ -20,8 +20,13 @@ async function stalling(): Promise<KubeClient> {
       `${JSON.stringify({ type: 'ADDED', object: { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'a', resourceVersion: '1' } } })}\n`,
     );
   });
-  await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
+  return clientOf(server);
+}
+
+/** A KubeClient of the stand-in `srv`, once it listens. */
+async function clientOf(srv: http.Server): Promise<KubeClient> {
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address() as AddressInfo;
   return new KubeClient({
     getCurrentCluster: () => ({ server: `http://127.0.0.1:${port}` }),
     getCurrentContext: () => 'test',
@@ -78,14 +83,7 @@ describe('Informer cache', () => {
         }),
       );
     });
-    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
-    const { port } = server.address() as AddressInfo;
-    const client = new KubeClient({
-      getCurrentCluster: () => ({ server: `http://127.0.0.1:${port}` }),
-      getCurrentContext: () => 'test',
-      getContextObject: () => null,
-      applyToHTTPSOptions: () => Promise.resolve(),
-    });
+    const client = await clientOf(server);
     const informer = (drop: 'all' | 'status') =>
       new Informer(client, {
         apiVersion: 'jobfleet.dev/v1alpha1',
@@ -140,14 +138,7 @@ describe('Informer cache', () => {
         `${JSON.stringify({ type: 'DELETED', object: { ...pod('a', 'p1', 'w'), kind: 'Pod' } })}\n`,
       );
     });
-    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
-    const { port } = server.address() as AddressInfo;
-    const client = new KubeClient({
-      getCurrentCluster: () => ({ server: `http://127.0.0.1:${port}` }),
-      getCurrentContext: () => 'test',
-      getContextObject: () => null,
-      applyToHTTPSOptions: () => Promise.resolve(),
-    });
+    const client = await clientOf(server);
     let deleted: (gone: string | undefined) => void = () => undefined;
     const gone = new Promise<string | undefined>((r) => (deleted = r));
     const informer = new Informer(client, {
