@@ -96,7 +96,7 @@ A custom resource is dear to the apiserver: in the profile, the JobWorker status
 (\`--cpu-prof\`) puts the most into parsing watch events and responses, the spec's validation and revision hash at
 every reconcile, and the status comparison. With every core busy,
 convergence takes as long as all that CPU does, so the ratio is about (control plane + operator CPU) / (the floor's
-control-plane CPU): 1.6–2.3 in the runs of today, against 1.07 on 2026-12-01, when the floor (46.7 s) left CPU idle that the
+control-plane CPU): 1.6–2.3 in today's runs on an idle machine (the three above: 1.60, 1.81, 1.89; up to 2.7 beside other work), against 1.07 on 2026-12-01, when the floor (46.7 s) left CPU idle that the
 operator's work filled. The creation window does not move it: without one (\`JOBFLEET_CREATION_WINDOW=0\`, beside a test loop that loaded the machine for floor and run alike) a run took
 1.86× its floor, the apiserver as busy, the median JobWorker Healthy later (75 % of the total). Tried and measured: the status written by JSON patch instead of server-side apply — the same
 apiserver CPU (152.4 s against 153.9 s), reverted; the bench's own list of a thousand JobWorkers every second replaced by
