@@ -1,8 +1,9 @@
 // Every read of one JobWorker reconcile, into one Observation: the spec and
 // what is wrong with it, the Secrets it names (values stay in memory), its
-// Deployment, the queue's statistics and throttling, and the quarantine
+// Deployments, Service, PDB, pods and revision records as the term's watches
+// saw them, the queue's statistics and throttling, and the quarantine
 // snapshot. Each source is a value or the reason it is missing; nothing here
-// decides anything (src/reconcile/plan.ts does).
+// decides anything (src/reconcile/plan.ts and writes.ts do).
 import { parseSpec, type JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { OperatorMetrics } from '../metrics.js';
