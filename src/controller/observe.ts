@@ -9,14 +9,14 @@ import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { OperatorMetrics } from '../metrics.js';
 import { cohortDeploymentName, envProblems } from '../reconcile/desired.js';
 import { ownCohort } from '../reconcile/ownership.js';
-import type { CapacityReading, PodCounters } from '../reconcile/capacity.js';
+import type { CapacityReading } from '../reconcile/capacity.js';
 import type { Observation, Problem, QueueObservation } from '../reconcile/observation.js';
 import type { DeadLetterInput } from '../reconcile/status.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import type { DeadLetterRead, JobWorkerMemories } from './memory.js';
 import { fetchFleetSignals, prometheusFor, PrometheusError } from '../signals/prometheus.js';
 import { readWorkerPods, type Pod } from '../signals/worker-metrics.js';
-import type { HeadReading, QueueStats } from '../reconcile/queue-age.js';
+import type { QueueStats } from '../reconcile/queue-age.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
 
 /** The RabbitMQ management API and vhost a JobWorker's Secrets name; undefined without both URLs. */
@@ -150,7 +150,7 @@ export class Observer {
       const stats = await fetchQueueStats(api.url, api.vhost, spec.broker.queue);
       const prometheusUrl = prometheusFor(spec, this.d.prometheusUrl);
       const ready = (deployment?.status as { readyReplicas?: number } | undefined)?.readyReplicas;
-      const { heads, counters } = await this.fromPods(pods, {
+      const { heads, counters } = await readWorkerPods(pods, {
         heads: headsWanted(stats, deployment, cohort),
         counters: !prometheusUrl && !!ready && this.countersDue(namespace, name),
       });
@@ -177,15 +177,6 @@ export class Observer {
             : `queue signal failed: ${(err as Error).message}`,
       };
     }
-  }
-
-  /** One scrape of each worker pod for what this poll wants of them. */
-  private async fromPods(
-    pods: Pod[],
-    want: { heads: boolean; counters: boolean },
-  ): Promise<{ heads?: HeadReading[]; counters?: PodCounters[] }> {
-    if (!want.heads && !want.counters) return {};
-    return readWorkerPods(pods, want);
   }
 
   /** The worker pods' own figures are read every WORKER_COUNTERS_READ_MS (capacity keeps its last between). */

@@ -11,7 +11,7 @@ import type { Observation } from '../reconcile/observation.js';
 import { ownRecord } from '../reconcile/ownership.js';
 import type { PlanAnswers, PlanNeed } from '../reconcile/plan.js';
 import type { PodFacts } from '../reconcile/rollout-plan.js';
-import { readWorkerReports } from '../signals/worker-readiness.js';
+import { readWorkerReports, restartsOf, type PodShape } from '../signals/worker-readiness.js';
 import { readCohortSamples, readPodLoad } from '../signals/worker-metrics.js';
 import { fetchSeenSchemaVersions, prometheusFor } from '../signals/prometheus.js';
 import { fetchQueuedTotal } from '../signals/rabbitmq.js';
@@ -64,15 +64,7 @@ export async function answerNeed(
 function podFacts(pods: KubeObject[], revision: string): PodFacts[] {
   return pods
     .filter((p) => p.metadata.labels?.[LABEL_REVISION] === revision)
-    .map((p) => ({
-      restarts: Math.max(
-        0,
-        ...(
-          (p.status as { containerStatuses?: Array<{ restartCount?: number }> } | undefined)
-            ?.containerStatuses ?? []
-        ).map((c) => c.restartCount ?? 0),
-      ),
-    }));
+    .map((p) => ({ restarts: restartsOf(p as PodShape) }));
 }
 
 async function seenVersions(

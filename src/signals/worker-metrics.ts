@@ -17,7 +17,7 @@ import {
 import { LABEL_REVISION } from '../reconcile/desired.js';
 import type { HeadReading } from '../reconcile/queue-age.js';
 import { DELETION_COST, type PodLoad } from '../reconcile/scale-down.js';
-import { workerUrl, type PodShape } from './worker-readiness.js';
+import { isReady, restartsOf, workerUrl, type PodShape } from './worker-readiness.js';
 
 /** Capacity is per replica: a sample of pods says it as well as all of them. */
 const COUNTERS_FROM_AT_MOST = 10;
@@ -30,9 +30,6 @@ const running = (pods: Pod[]): Pod[] =>
   pods
     .filter((p) => !p.metadata.deletionTimestamp)
     .sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
-
-const ready = (p: Pod) =>
-  p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 async function scrape(pod: Pod): Promise<string | undefined> {
   const url = workerUrl(pod, '/metrics');
@@ -62,7 +59,7 @@ export async function readWorkerPods(
 ): Promise<{ heads?: HeadReading[]; counters?: PodCounters[] }> {
   const pods = running(owned);
   const forHeads = want.heads ? pods.slice(0, HEADS_FROM_AT_MOST) : [];
-  const forCounters = want.counters ? pods.filter(ready).slice(0, COUNTERS_FROM_AT_MOST) : [];
+  const forCounters = want.counters ? pods.filter(isReady).slice(0, COUNTERS_FROM_AT_MOST) : [];
   const texts = new Map(
     await Promise.all(
       [...new Set([...forHeads, ...forCounters])].map(
@@ -106,7 +103,7 @@ export async function readPodLoad(owned: Pod[]): Promise<PodLoad[]> {
   const pods = running(owned);
   return Promise.all(
     pods.map(async (pod) => {
-      const text = ready(pod) ? await scrape(pod) : undefined;
+      const text = isReady(pod) ? await scrape(pod) : undefined;
       const m = text === undefined ? undefined : sums(text);
       const cost = pod.metadata.annotations?.[DELETION_COST];
       return {
@@ -123,8 +120,6 @@ export async function readPodLoad(owned: Pod[]): Promise<PodLoad[]> {
   );
 }
 
-type RestartShape = { status?: { containerStatuses?: Array<{ restartCount?: number }> } };
-
 /**
  * Every pod of the JobWorker (both Deployments of a Cohort rollout), its
  * revision and restarts, and its counters where it answers: what a cohort
@@ -135,12 +130,11 @@ export async function readCohortSamples(owned: Pod[]): Promise<PodSample[]> {
   return Promise.all(
     pods.map(async (pod) => {
       const text = await scrape(pod);
-      const statuses = (pod as RestartShape).status?.containerStatuses ?? [];
       return {
         pod: pod.metadata.name,
         revision: pod.metadata.labels?.[LABEL_REVISION],
         createdAt: pod.metadata.creationTimestamp ?? new Date(0).toISOString(),
-        restarts: Math.max(0, ...statuses.map((c) => c.restartCount ?? 0)),
+        restarts: restartsOf(pod),
         ...(text !== undefined && { counters: parseRevisionCounters(text) }),
       };
     }),

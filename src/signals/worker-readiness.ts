@@ -30,6 +30,13 @@ export interface PodShape {
   };
 }
 
+export const isReady = (p: PodShape): boolean =>
+  p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+
+/** The most any of the pod's containers has restarted. */
+export const restartsOf = (p: PodShape): number =>
+  Math.max(0, ...(p.status?.containerStatuses ?? []).map((c) => c.restartCount ?? 0));
+
 /**
  * A pod as the operator's cache keeps it: what PodShape names and the
  * metadata (most of a pod — volumes, env, probes, managed fields — is never
@@ -72,7 +79,7 @@ export async function readWorkerReports(
 ): Promise<WorkerReport[]> {
   const unready = pods
     .filter((p) => !p.metadata.deletionTimestamp)
-    .filter((p) => !p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'))
+    .filter((p) => !isReady(p))
     .slice(0, ASK_AT_MOST);
   return Promise.all(unready.map(reportOf));
 }
