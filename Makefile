@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration lint typecheck build release chart-docs bench chaos demo dev images control-plane rabbitmq4 clean deps crds docs-ref docs-diagram
+.PHONY: node node-path test test-unit test-integration lint typecheck build release chart-docs bench chaos demo dev images control-plane rabbitmq4 clean deps crds pod-template-schema docs-ref docs-diagram
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -75,6 +75,14 @@ chart-docs: control-plane
 ## crds: regenerate crds/ from the zod schema in src/api/ (a unit test fails when they drift)
 crds: node_modules
 	node --import tsx src/api/write-crds.ts
+
+## pod-template-schema: src/api/pod-template-spec.json, spec.template's schema, from the pinned
+## Kubernetes release's OpenAPI document (k8s.io/kubernetes through the Go module proxy; then make crds)
+pod-template-schema: node_modules
+	@. test/ground/versions.env && dir=$$(mkdir -p .cache/build/openapi && cd .cache/build/openapi && \
+	  PATH="$$PATH:/usr/local/go/bin" GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v$$KUBE_VERSION" | \
+	  sed -n 's/.*"Dir": "\(.*\)".*/\1/p') && \
+	  node --import tsx src/api/write-pod-template-schema.ts "$$dir/api/openapi-spec/v3/api__v1_openapi.json" "$$KUBE_VERSION"
 
 ## docs-ref: regenerate docs/reference/ (fields, metrics, reasons, CLI help) from the code (a unit test fails when they drift)
 docs-ref: node_modules

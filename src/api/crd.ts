@@ -5,6 +5,7 @@ import { stringify } from 'yaml';
 import { z } from 'zod';
 import { REPLAY_KIND, REPLAY_PLURAL, jobReplaySpec, jobReplayStatus } from './jobreplay.js';
 import { GROUP, KIND, PLURAL, VERSION, jobWorkerSpec, jobWorkerStatus } from './jobworker.js';
+import { templateSchema } from './template-rules.js';
 
 export type Schema = Record<string, unknown>;
 
@@ -44,6 +45,12 @@ export function toStructural(s: Schema): Schema {
 const schemaOf = (s: z.ZodType) =>
   toStructural(z.toJSONSchema(s, { io: 'input', unrepresentable: 'any' }));
 
+function withReplaced(spec: Schema, replace: Record<string, (s: Schema) => Schema>): Schema {
+  const properties = { ...(spec.properties as Record<string, Schema>) };
+  for (const [field, make] of Object.entries(replace)) properties[field] = make(properties[field]!);
+  return { ...spec, properties };
+}
+
 interface CrdInput {
   kind: string;
   plural: string;
@@ -53,6 +60,8 @@ interface CrdInput {
   printerColumns: Schema[];
   spec: z.ZodType;
   status: z.ZodType;
+  /** spec fields whose schema is not zod's (spec.template: Kubernetes' own) */
+  replace?: Record<string, (zodSchema: Schema) => Schema>;
   /** CEL rules on the whole object (they may read metadata.name) */
   rules?: Array<{ rule: string; message: string; optionalOldSelf?: boolean }>;
 }
@@ -90,7 +99,7 @@ function crd(c: CrdInput): Schema {
                 apiVersion: { type: 'string' },
                 kind: { type: 'string' },
                 metadata: { type: 'object' },
-                spec: schemaOf(c.spec),
+                spec: withReplaced(schemaOf(c.spec), c.replace ?? {}),
                 status: schemaOf(c.status),
               },
             },
@@ -149,6 +158,7 @@ export function jobWorkerCrd(): Schema {
     ],
     spec: jobWorkerSpec,
     status: jobWorkerStatus,
+    replace: { template: templateSchema },
   });
 }
 

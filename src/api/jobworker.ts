@@ -81,7 +81,38 @@ const podTemplate = z
       .optional()
       .describe('core/v1 SecurityContext overrides of the restricted default'),
   })
-  .describe('Merged into the generated pod');
+  .describe(
+    'Deprecated: use spec.template, a whole pod template. Still honoured for v1alpha1 (its fields map onto spec.template and make the same pods); a JobWorker setting it gets a PodTemplateDeprecated Warning event',
+  );
+
+/**
+ * spec.template: a core/v1 PodTemplateSpec. The CRD carries the Kubernetes
+ * release's own schema for it (./pod-template-schema.ts) and CEL rules that
+ * refuse what the operator owns (src/api/crd.ts); zod only types the parts
+ * the operator reads and keeps the rest as written.
+ */
+const container = z.looseObject({ name: z.string() });
+export const podTemplateSpec = z
+  .object({
+    metadata: z
+      .object({
+        labels: z.record(z.string(), z.string()).optional(),
+        annotations: z.record(z.string(), z.string()).optional(),
+      })
+      .optional(),
+    spec: z
+      .looseObject({
+        containers: z.array(container).optional(),
+        initContainers: z.array(container).optional(),
+        volumes: z.array(z.looseObject({ name: z.string() })).optional(),
+        securityContext: z.record(z.string(), z.unknown()).optional(),
+      })
+      .optional(),
+  })
+  .describe(
+    'The worker pods’ template (core/v1 PodTemplateSpec), as in a Deployment: imagePullSecrets, volumes, affinity, topologySpreadConstraints, priorityClassName, init and sidecar containers… The worker is the container named "worker" (added first when absent); the operator sets its image (spec.image), the JOBFLEET_* contract env, the metrics port 9464, its probes, a /tmp emptyDir and restricted security defaults, the pod’s terminationGracePeriodSeconds (spec.shutdown.drainDeadlineSeconds + 15) and its own labels. A template that contradicts one of them is refused with the field and what to set instead',
+  );
+export type PodTemplateSpec = z.output<typeof podTemplateSpec>;
 
 /** One step of the Cohort strategy: the cohort's size, and how long it is watched. */
 const cohortStep = z
@@ -207,6 +238,7 @@ export const jobWorkerSpec = z
       .min(1)
       .max(1024)
       .describe('Worker image, e.g. registry.example.com/billing/invoice-worker:1.4.2'),
+    template: podTemplateSpec.optional(),
     podTemplate: podTemplate.optional(),
     broker: z
       .object({
@@ -509,6 +541,16 @@ export const jobWorkerSpec = z
       })
       .describe('Who owns the dead-letter quarantine, and when to alert on it'),
   })
+  .meta(
+    cel([
+      {
+        rule: '!has(self.template) || !has(self.podTemplate)',
+        message:
+          'set spec.template or the deprecated spec.podTemplate, not both: move podTemplate’s fields into template (labels and annotations under metadata, the rest under spec; env, resources and securityContext on the container named "worker")',
+        fieldPath: '.podTemplate',
+      },
+    ]),
+  )
   .describe(
     'A fleet of queue workers: what they run, what they consume, and how they scale and roll',
   );

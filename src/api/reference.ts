@@ -72,11 +72,25 @@ ${rows('status').join('\n')}
 `;
 }
 
+/**
+ * Fields whose schema is Kubernetes' own (core/v1 PodTemplateSpec): one row,
+ * its description pointing at the Kubernetes reference, not hundreds.
+ */
+const KUBERNETES_TYPES: Record<string, string> = {
+  'spec.template':
+    '[PodTemplateSpec](https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-template-v1/#PodTemplateSpec)',
+};
+
 /** One row per field, depth first; a required field says so. */
 function fields(p: Property, at: string, required: readonly string[]): string[] {
   const out: string[] = [];
   for (const [name, child] of Object.entries(p.properties ?? {})) {
     const path = `${at}.${name}`;
+    const kubernetes = KUBERNETES_TYPES[path];
+    if (kubernetes) {
+      out.push(row(path, { ...child, type: `core/v1 ${kubernetes}` }, required.includes(name)));
+      continue;
+    }
     out.push(row(path, child, required.includes(name)));
     const inner = child.type === 'array' ? child.items : child;
     if (inner?.properties)

@@ -3,7 +3,13 @@
 // PodDisruptionBudget. Computed whole before any write, then server-side
 // applied under one field manager.
 import { createHash } from 'node:crypto';
-import { API_VERSION, KIND, type JobWorker, type JobWorkerSpec } from '../api/jobworker.js';
+import {
+  API_VERSION,
+  KIND,
+  type JobWorker,
+  type JobWorkerSpec,
+  type PodTemplateSpec,
+} from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
 import { ENV, type WorkerConfigInput } from '../../worker/config.js';
 
@@ -122,35 +128,74 @@ const WORKER_ENV: ReadonlyArray<{
   { field: 'metricsPort', from: `(the operator: port ${METRICS_PORT})`, value: () => METRICS_PORT },
 ];
 
-function env(jw: JobWorker, revision: string): Array<Record<string, unknown>> {
-  return [
-    ...WORKER_ENV.map(({ field, value }) => {
-      const v = value(jw.spec, revision);
-      return typeof v === 'object'
-        ? { name: ENV[field], valueFrom: { secretKeyRef: { name: v.name, key: v.key } } }
-        : { name: ENV[field], value: String(v) };
-    }),
-    ...(jw.spec.podTemplate?.env ?? []),
-  ];
-}
-
 /** The JOBFLEET_* variables the operator sets, and the spec field that sets each. */
 export const CONTRACT_ENV: Readonly<Record<string, string>> = Object.fromEntries(
   WORKER_ENV.map(({ field, from }) => [ENV[field], from]),
 );
 
+function contractEnv(jw: JobWorker, revision: string): Array<Record<string, unknown>> {
+  return WORKER_ENV.map(({ field, value }) => {
+    const v = value(jw.spec, revision);
+    return typeof v === 'object'
+      ? { name: ENV[field], valueFrom: { secretKeyRef: { name: v.name, key: v.key } } }
+      : { name: ENV[field], value: String(v) };
+  });
+}
+
+type Container = Record<string, unknown> & { name: string };
+export const WORKER_CONTAINER = 'worker';
+
 /**
- * podTemplate.env may add variables, never replace the contract's: a
+ * The user's pod template: spec.template, or the deprecated podTemplate's
+ * fields put where they belong in one (the worker container's env,
+ * resources and securityContext), so both make the same pods.
+ */
+export function userTemplate(spec: JobWorkerSpec): PodTemplateSpec {
+  if (spec.template) return spec.template;
+  const pt = spec.podTemplate;
+  if (!pt) return {};
+  const worker: Container = {
+    name: WORKER_CONTAINER,
+    ...(pt.env && { env: pt.env }),
+    ...(pt.resources && { resources: pt.resources }),
+    ...(pt.securityContext && { securityContext: pt.securityContext }),
+  };
+  return {
+    metadata: {
+      ...(pt.labels && { labels: pt.labels }),
+      ...(pt.annotations && { annotations: pt.annotations }),
+    },
+    spec: {
+      ...(pt.serviceAccountName && { serviceAccountName: pt.serviceAccountName }),
+      ...(pt.nodeSelector && { nodeSelector: pt.nodeSelector }),
+      ...(pt.tolerations && { tolerations: pt.tolerations }),
+      containers: [worker],
+    },
+  };
+}
+
+/** Where the template's worker container is, for messages naming its fields. */
+export function workerContainerPath(spec: JobWorkerSpec): string {
+  if (!spec.template) return 'spec.podTemplate';
+  const i = (spec.template.spec?.containers ?? []).findIndex((c) => c.name === WORKER_CONTAINER);
+  return i < 0 ? 'spec.template' : `spec.template.spec.containers[${i}]`;
+}
+
+/**
+ * The template's env may add variables, never replace the contract's: a
  * duplicate would either be refused by the apiserver or silently win over the
- * spec field that the gate and the status describe.
+ * spec field that the gate and the status describe. (The CRD refuses them
+ * in spec.template; podTemplate, older, is checked here.)
  */
 export function envProblems(spec: JobWorkerSpec): string[] {
-  return (spec.podTemplate?.env ?? []).flatMap((e, i) => {
+  const worker = userTemplate(spec).spec?.containers?.find((c) => c.name === WORKER_CONTAINER);
+  const at = workerContainerPath(spec);
+  return ((worker?.env ?? []) as Array<Record<string, unknown>>).flatMap((e, i) => {
     const name = typeof e.name === 'string' ? e.name : '';
     const field = CONTRACT_ENV[name];
     return field
       ? [
-          `spec.podTemplate.env[${i}] sets ${name}, which the operator sets from ${field}: set it there and remove it from podTemplate.env.`,
+          `${at}.env[${i}] sets ${name}, which the operator sets from ${field}: set it there and remove it from ${at}.env.`,
         ]
       : [];
   });
@@ -165,52 +210,104 @@ const restrictedContainer = {
   seccompProfile: { type: 'RuntimeDefault' },
 };
 
+const probe = (path: string, periodSeconds: number, failureThreshold: number) => ({
+  httpGet: { path, port: 'metrics' },
+  periodSeconds,
+  failureThreshold,
+  timeoutSeconds: 2,
+});
+
 /**
- * The pod template. Its hash, taken before the revision label is added,
- * identifies the revision: an identical template is the same revision.
+ * The worker container: the user's, with what the operator owns set over it
+ * (the CRD refuses a template that sets any of it, so nothing of the user's
+ * is silently replaced). The user's other fields — command, args, envFrom,
+ * startupProbe, lifecycle… — are kept as written.
+ */
+function workerContainer(jw: JobWorker, revision: string, user: Container): Container {
+  const {
+    env = [],
+    ports = [],
+    resources,
+    securityContext,
+    volumeMounts = [],
+    terminationMessagePolicy,
+    ...rest
+  } = user;
+  return {
+    ...rest,
+    name: WORKER_CONTAINER,
+    image: jw.spec.image,
+    env: [...contractEnv(jw, revision), ...(env as unknown[])],
+    ports: [
+      { name: 'metrics', containerPort: METRICS_PORT, protocol: 'TCP' },
+      ...(ports as unknown[]),
+    ],
+    readinessProbe: probe('/readyz', 5, 2),
+    livenessProbe: probe('/healthz', 10, 6),
+    // A worker that refuses to start (a refused password, a missing
+    // database) exits with the cause in its last log lines: the pod's
+    // last termination message then says it.
+    terminationMessagePolicy: terminationMessagePolicy ?? 'FallbackToLogsOnError',
+    ...(resources ? { resources } : {}),
+    securityContext: { ...restrictedContainer, ...(securityContext as object | undefined) },
+    // a writable /tmp on a read-only root filesystem
+    volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }, ...(volumeMounts as unknown[])],
+  };
+}
+
+/**
+ * The pod template: the user's (spec.template) with what the operator owns.
+ * Its hash, taken before the revision label is added, identifies the
+ * revision: an identical template is the same revision. The keys keep the
+ * order they had before spec.template existed, so a JobWorker written with
+ * podTemplate hashes as before and an operator upgrade rolls nothing
+ * (test/unit/pod-template.test.ts holds it to a recorded template).
  */
 export function podTemplate(jw: JobWorker, revision: string): Record<string, unknown> {
   const s = jw.spec;
-  const pt = s.podTemplate ?? {};
-  const probe = (path: string, periodSeconds: number, failureThreshold: number) => ({
-    httpGet: { path, port: 'metrics' },
-    periodSeconds,
-    failureThreshold,
-    timeoutSeconds: 2,
-  });
+  const t = userTemplate(s);
+  const {
+    serviceAccountName,
+    automountServiceAccountToken,
+    securityContext,
+    nodeSelector,
+    tolerations,
+    containers = [],
+    volumes = [],
+    ...rest
+  } = t.spec ?? {};
+  const named = containers.some((c) => c.name === WORKER_CONTAINER);
+  const all = named ? containers : [{ name: WORKER_CONTAINER }, ...containers];
   return {
     metadata: {
       // user labels first: ours win, so the selector cannot be broken
-      labels: { ...(pt.labels ?? {}), ...commonLabels(jw), [LABEL_REVISION]: revision },
-      annotations: { ...(pt.annotations ?? {}), [ANNOTATION_CONTRACT_HASH]: contractHash(s) },
+      labels: {
+        ...(t.metadata?.labels ?? {}),
+        ...commonLabels(jw),
+        [LABEL_REVISION]: revision,
+      },
+      annotations: {
+        ...(t.metadata?.annotations ?? {}),
+        [ANNOTATION_CONTRACT_HASH]: contractHash(s),
+      },
     },
     spec: {
-      ...(pt.serviceAccountName ? { serviceAccountName: pt.serviceAccountName } : {}),
+      ...rest,
+      ...(serviceAccountName ? { serviceAccountName } : {}),
       // Workers talk to RabbitMQ and PostgreSQL, not to the Kubernetes API.
-      automountServiceAccountToken: false,
+      automountServiceAccountToken: automountServiceAccountToken ?? false,
       terminationGracePeriodSeconds: s.shutdown.drainDeadlineSeconds + TERMINATION_MARGIN_SECONDS,
-      securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
-      ...(pt.nodeSelector ? { nodeSelector: pt.nodeSelector } : {}),
-      ...(pt.tolerations ? { tolerations: pt.tolerations } : {}),
-      containers: [
-        {
-          name: 'worker',
-          image: s.image,
-          env: env(jw, revision),
-          ports: [{ name: 'metrics', containerPort: METRICS_PORT, protocol: 'TCP' }],
-          readinessProbe: probe('/readyz', 5, 2),
-          livenessProbe: probe('/healthz', 10, 6),
-          // A worker that refuses to start (a refused password, a missing
-          // database) exits with the cause in its last log lines: the pod's
-          // last termination message then says it.
-          terminationMessagePolicy: 'FallbackToLogsOnError',
-          ...(pt.resources ? { resources: pt.resources } : {}),
-          securityContext: { ...restrictedContainer, ...(pt.securityContext ?? {}) },
-          // a writable /tmp on a read-only root filesystem
-          volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }],
-        },
-      ],
-      volumes: [{ name: 'tmp', emptyDir: {} }],
+      securityContext: {
+        runAsNonRoot: true,
+        seccompProfile: { type: 'RuntimeDefault' },
+        ...securityContext,
+      },
+      ...(nodeSelector ? { nodeSelector } : {}),
+      ...(tolerations ? { tolerations } : {}),
+      containers: all.map((c) =>
+        c.name === WORKER_CONTAINER ? workerContainer(jw, revision, c) : c,
+      ),
+      volumes: [{ name: 'tmp', emptyDir: {} }, ...volumes],
     },
   };
 }

@@ -197,7 +197,13 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   return {
     writes: writesOf(obs, { ...fleet, ...(removal && { podCosts: removal.writes }) }),
     status,
-    events: [...fleet.events, ...problemEvents(obs), ...w.events, ...pauseEvents(obs, r)],
+    events: [
+      ...fleet.events,
+      ...problemEvents(obs),
+      ...w.events,
+      ...pauseEvents(obs, r),
+      ...deprecationEvents(obs),
+    ],
     ...(fleet.createdEvent && { createdEvent: fleet.createdEvent }),
     ...(removal && { scaleDownHeld: removal.heldDeliveries }),
     ...(r.scaled && { memory: nextMemory(i.memory, r, fleet.cohortMemory) }),
@@ -515,6 +521,20 @@ function problemEvents(obs: Observation): PlanEvent[] {
         },
       ]
     : [];
+}
+
+/** Once per generation (the status has not seen it yet): a deprecated field is set. */
+function deprecationEvents(obs: Observation): PlanEvent[] {
+  const seen = (obs.raw.status as { observedGeneration?: number } | undefined)?.observedGeneration;
+  if (!obs.spec?.podTemplate || seen === obs.raw.metadata.generation) return [];
+  return [
+    {
+      type: 'Warning',
+      reason: 'PodTemplateDeprecated',
+      message:
+        'spec.podTemplate is deprecated: move its fields into spec.template (labels and annotations under metadata; serviceAccountName, nodeSelector and tolerations under spec; env, resources and securityContext on the container named "worker"). The pods stay the same, so the move starts no rollout.',
+    },
+  ];
 }
 
 function pauseEvents(obs: Observation, r: Replicas): PlanEvent[] {

@@ -18,11 +18,11 @@ export type ProblemReason = keyof typeof PROBLEM_REASONS;
 export const CONTAINER_REASONS = {
   ImagePullBackOff: {
     message: 'the worker image cannot be pulled',
-    fix: 'check spec.image and the pull secret (podTemplate.serviceAccountName)',
+    fix: 'check spec.image and the pull secret (spec.template.spec.imagePullSecrets)',
   },
   ErrImagePull: {
     message: 'the worker image cannot be pulled',
-    fix: 'check spec.image and the pull secret (podTemplate.serviceAccountName)',
+    fix: 'check spec.image and the pull secret (spec.template.spec.imagePullSecrets)',
   },
   InvalidImageName: { message: 'spec.image is not a valid image name', fix: 'fix spec.image' },
   CreateContainerConfigError: {
@@ -200,6 +200,10 @@ const JOBWORKER_EVENTS = {
   WorkersNotReady: {
     type: 'Warning',
     when: 'Worker pods report a fault (WorkersReady=False); the message names it and the fix.',
+  },
+  PodTemplateDeprecated: {
+    type: 'Warning',
+    when: 'The spec sets podTemplate, deprecated for spec.template (once per spec change); the message says where each field goes.',
   },
   Paused: { type: 'Normal', when: 'A person paused the fleet (who and why).' },
   Resumed: { type: 'Normal', when: 'A person resumed the fleet (who and why).' },

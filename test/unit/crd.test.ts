@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { allCrds, jobReplayCrd, jobWorkerCrd } from '../../src/api/crd.js';
+import { TEMPLATE_KUBERNETES_VERSION } from '../../src/api/template-rules.js';
 import { z } from 'zod';
 import { parseReplaySpec } from '../../src/api/jobreplay.js';
 import { jobWorkerSpec, parseSpec } from '../../src/api/jobworker.js';
@@ -14,6 +15,29 @@ describe('the JobWorker CRD', () => {
   it('crds/ matches the zod schemas (run `make crds` after changing src/api/)', () => {
     for (const [name, yaml] of Object.entries(allCrds()))
       expect(readFileSync(path.join(repoRoot, 'crds', name), 'utf8'), name).toBe(yaml);
+  });
+
+  it('spec.template carries the pinned Kubernetes release’s PodTemplateSpec (make pod-template-schema after changing KUBE_VERSION)', () => {
+    const pinned = /^KUBE_VERSION=(.+)$/m.exec(
+      readFileSync(path.join(repoRoot, 'test/ground/versions.env'), 'utf8'),
+    )?.[1];
+    expect(TEMPLATE_KUBERNETES_VERSION).toBe(pinned);
+    const template = (
+      jobWorkerCrd() as {
+        spec: { versions: Array<{ schema: { openAPIV3Schema: any } }> };
+      }
+    ).spec.versions[0]!.schema.openAPIV3Schema.properties.spec.properties.template;
+    const podSpec = template.properties.spec.properties;
+    for (const field of [
+      'imagePullSecrets',
+      'volumes',
+      'affinity',
+      'topologySpreadConstraints',
+      'priorityClassName',
+      'initContainers',
+    ])
+      expect(podSpec, field).toHaveProperty(field);
+    expect(podSpec.containers.items.properties.envFrom.type).toBe('array');
   });
 
   it('the zod schema fills the same defaults the apiserver does', () => {
@@ -53,6 +77,9 @@ describe('kubectl explain', () => {
   /** Fields without a description, by path (array items are shown through their array). */
   function undescribed(schema: Record<string, unknown>, path: string, out: string[] = []) {
     if (path && !schema.description) out.push(path);
+    // Kubernetes' own PodTemplateSpec, its descriptions dropped for size (as
+    // Argo Rollouts does): `kubectl explain pod.spec` has them
+    if (path === 'spec.template') return out;
     for (const [k, v] of Object.entries((schema.properties ?? {}) as Record<string, object>))
       undescribed(v as Record<string, unknown>, `${path}.${k}`, out);
     const items = schema.items as Record<string, unknown> | undefined;
@@ -106,7 +133,12 @@ describe('examples/', () => {
       string,
       any
     >;
-    const missing = paths(schema).filter((p) => !present(full.spec, p));
+    // podTemplate is deprecated (template replaces it; both cannot be set), and
+    // template.spec is Kubernetes' PodSpec, of which the example sets what a
+    // production namespace needs
+    const missing = paths(schema)
+      .filter((p) => !p.startsWith('podTemplate') && !p.startsWith('template.spec.'))
+      .filter((p) => !present(full.spec, p));
     expect(missing).toEqual([]);
   });
 

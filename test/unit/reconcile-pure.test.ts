@@ -395,7 +395,7 @@ describe('podTemplate.env', () => {
       },
     });
     expect(envProblems(s)).toEqual([
-      'spec.podTemplate.env[1] sets JOBFLEET_KEY_RULE, which the operator sets from spec.contract.idempotencyKey: set it there and remove it from podTemplate.env.',
+      'spec.podTemplate.env[1] sets JOBFLEET_KEY_RULE, which the operator sets from spec.contract.idempotencyKey: set it there and remove it from spec.podTemplate.env.',
     ]);
   });
 });
