@@ -16,7 +16,7 @@ const integration = {
 };
 
 /** Suites of RabbitMQ 4 nodes of their own (a cluster, a broker-wide alarm): they run once, there. */
-const rabbitmq4Only = ['rabbitmq-cluster', 'rabbitmq-alarms'].map(
+const rabbitmq4Only = ['rabbitmq-cluster', 'rabbitmq-alarms', 'private-ca'].map(
   (f) => `test/integration/${f}.test.ts`,
 );
 
@@ -29,6 +29,7 @@ const brokerless = [
   'operator',
   'packages',
   'plugin',
+  'pod-template',
 ].map((f) => `test/integration/${f}.test.ts`);
 
 export default defineConfig({

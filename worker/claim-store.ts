@@ -98,11 +98,30 @@ const commitColumns = (
   ...journalColumns(acks),
 ];
 
+/**
+ * The pool for the claims URL. A mounted CA bundle (JOBFLEET_TLS_CA_FILE)
+ * must survive the URL: pg lets a URL's sslmode replace the whole `ssl`
+ * option, the CA with it, so the mode is read here and the URL passed on
+ * without it. As libpq with a root certificate: verify-full (or no mode)
+ * checks the CA and the host name, disable goes without TLS, any other mode
+ * (require, verify-ca) checks the CA only. The URL's own sslrootcert also
+ * works.
+ */
 export function poolConfig(url: string, caFile?: string): pg.PoolConfig {
   const config: pg.PoolConfig = { connectionString: url, max: 10, connectionTimeoutMillis: 5000 };
-  // A mounted CA bundle for sslmode=verify-*; the URL's own sslrootcert also works.
-  if (caFile) config.ssl = { ca: readFileSync(caFile, 'utf8'), rejectUnauthorized: true };
-  return config;
+  const u = new URL(url);
+  const mode = u.searchParams.get('sslmode');
+  if (!caFile || mode === 'disable') return config;
+  u.searchParams.delete('sslmode');
+  const hostUnchecked = mode !== null && mode !== 'verify-full';
+  return {
+    ...config,
+    connectionString: u.toString(),
+    ssl: {
+      ca: readFileSync(caFile, 'utf8'),
+      ...(hostUnchecked && { checkServerIdentity: () => undefined }),
+    },
+  };
 }
 
 /**

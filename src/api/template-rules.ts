@@ -108,15 +108,75 @@ const withRules = (s: Schema, rules: Rule[]): Schema =>
   rules.length ? { ...s, 'x-kubernetes-validations': rules } : s;
 type Obj = Schema & { properties: Record<string, Obj>; items: Obj };
 
+/**
+ * CEL's cost is estimated from the largest input the schema allows, and a
+ * Kubernetes list or string has no bound: these are jobfleet's, generous
+ * for a worker pod, so the rules fit the apiserver's budget.
+ */
+const LIMITS = {
+  containers: 32,
+  env: 512,
+  ports: 64,
+  volumeMounts: 128,
+  volumes: 256,
+  labels: 128,
+  labelKey: 317, // a 253-character prefix, '/', a 63-character name
+  envName: 1024,
+  portName: 15, // an IANA service name
+  containerName: 63,
+  volumeName: 63,
+  mountPath: 4096,
+} as const;
+
+const maxLength = (s: Obj, n: number): Obj => ({ ...s, maxLength: n });
+const maxItems = (s: Obj, n: number, items: Obj): Obj => ({ ...s, maxItems: n, items });
+
 function containerWithRules(c: Obj, workerRules: Rule[]): Obj {
   const p = c.properties;
+  const env = p.env!.items;
+  const port = p.ports!.items;
+  const mount = p.volumeMounts!.items;
   return withRules(
     {
       ...c,
       properties: {
         ...p,
-        env: { ...p.env!, items: withRules(p.env!.items, ENV_VAR) as Obj },
-        ports: { ...p.ports!, items: withRules(p.ports!.items, PORT) as Obj },
+        name: maxLength(p.name!, LIMITS.containerName),
+        env: maxItems(
+          p.env!,
+          LIMITS.env,
+          withRules(
+            {
+              ...env,
+              properties: {
+                ...env.properties,
+                name: maxLength(env.properties.name!, LIMITS.envName),
+              },
+            },
+            ENV_VAR,
+          ) as Obj,
+        ),
+        ports: maxItems(
+          p.ports!,
+          LIMITS.ports,
+          withRules(
+            {
+              ...port,
+              properties: {
+                ...port.properties,
+                name: maxLength(port.properties.name!, LIMITS.portName),
+              },
+            },
+            PORT,
+          ) as Obj,
+        ),
+        volumeMounts: maxItems(p.volumeMounts!, LIMITS.volumeMounts, {
+          ...mount,
+          properties: {
+            ...mount.properties,
+            mountPath: maxLength(mount.properties.mountPath!, LIMITS.mountPath),
+          },
+        }),
       },
     },
     workerRules,
@@ -128,8 +188,9 @@ export function templateSchema(zodField: Schema): Schema {
   const t = clone(generated.schema) as unknown as Obj;
   const meta = t.properties.metadata!;
   const spec = t.properties.spec!;
-  const containers = spec.properties.containers!;
-  const inits = spec.properties.initContainers!;
+  const { containers, initContainers, volumes } = spec.properties;
+  const volume = volumes!.items;
+  const labels: Obj = { ...meta.properties.labels!, maxProperties: LIMITS.labels };
   return {
     ...t,
     description: zodField.description,
@@ -137,7 +198,7 @@ export function templateSchema(zodField: Schema): Schema {
       metadata: {
         ...meta,
         properties: {
-          labels: withRules(meta.properties.labels!, LABELS) as Obj,
+          labels: withRules(labels, LABELS) as Obj,
           annotations: withRules(meta.properties.annotations!, ANNOTATIONS) as Obj,
         },
       },
@@ -146,8 +207,23 @@ export function templateSchema(zodField: Schema): Schema {
           ...spec,
           properties: {
             ...spec.properties,
-            containers: { ...containers, items: containerWithRules(containers.items, WORKER) },
-            initContainers: { ...inits, items: containerWithRules(inits.items, []) },
+            containers: maxItems(
+              containers!,
+              LIMITS.containers,
+              containerWithRules(containers!.items, WORKER),
+            ),
+            initContainers: maxItems(
+              initContainers!,
+              LIMITS.containers,
+              containerWithRules(initContainers!.items, []),
+            ),
+            volumes: maxItems(volumes!, LIMITS.volumes, {
+              ...volume,
+              properties: {
+                ...volume.properties,
+                name: maxLength(volume.properties.name!, LIMITS.volumeName),
+              },
+            }),
           },
         },
         POD_SPEC,

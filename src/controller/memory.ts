@@ -21,6 +21,8 @@ export interface JobWorkerMemory {
   deploymentApplied?: boolean;
   /** the last quarantine read: its stats, or the error and the stats before it */
   deadLetters?: DeadLetterRead;
+  /** the generation a deprecated spec field was last announced for (a Warning event) */
+  deprecationWarned?: number;
   /** when the worker pods' own figures were last read (ms) */
   countersReadAt?: number;
 }

@@ -107,6 +107,7 @@ export class JobWorkerReconciler {
       {
         obs,
         memory: memory.scaling,
+        deprecationWarned: memory.deprecationWarned,
         now: this.now(),
         pollMs: this.pollMs,
         deadLetterReadMs: this.deadLetterReadMs,
@@ -115,6 +116,7 @@ export class JobWorkerReconciler {
         answerNeed(need, answers, obs, { log: this.d.log, prometheusUrl: this.d.prometheusUrl }),
     );
     if (p.memory) memory.scaling = p.memory;
+    if (p.deprecationWarned !== undefined) memory.deprecationWarned = p.deprecationWarned;
     return p;
   }
 

@@ -82,9 +82,13 @@ export interface Plan {
   events: PlanEvent[];
   /** only when this reconcile creates the Deployment */
   createdEvent?: PlanEvent;
+  /** about the spec as written (a deprecated field): sent whether or not the status changes */
+  notices?: PlanEvent[];
   /** deliveries the pods chosen for removal hold: counted by the operator's metric */
   scaleDownHeld?: number;
   memory?: ScalingMemory;
+  /** the generation a deprecation was announced for (kept, not to announce it again) */
+  deprecationWarned?: number;
   scaling?: ScalingOutcome;
   desiredReplicas: number;
   rolloutBlocked?: boolean;
@@ -99,6 +103,8 @@ export interface PlanInput {
   /** how often the queue is read while scaling on its age */
   pollMs: number;
   deadLetterReadMs: number;
+  /** the generation this process last announced a deprecated field for */
+  deprecationWarned?: number;
   answers: PlanAnswers;
 }
 
@@ -194,19 +200,16 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
         },
       }),
   });
+  const deprecation = deprecationEvents(obs, i.deprecationWarned);
   return {
     writes: writesOf(obs, { ...fleet, ...(removal && { podCosts: removal.writes }) }),
     status,
-    events: [
-      ...fleet.events,
-      ...problemEvents(obs),
-      ...w.events,
-      ...pauseEvents(obs, r),
-      ...deprecationEvents(obs),
-    ],
+    events: [...fleet.events, ...problemEvents(obs), ...w.events, ...pauseEvents(obs, r)],
+    ...(deprecation.length && { notices: deprecation }),
     ...(fleet.createdEvent && { createdEvent: fleet.createdEvent }),
     ...(removal && { scaleDownHeld: removal.heldDeliveries }),
     ...(r.scaled && { memory: nextMemory(i.memory, r, fleet.cohortMemory) }),
+    ...(deprecation.length && { deprecationWarned: obs.raw.metadata.generation }),
     ...(r.scaling && { scaling: r.scaling }),
     desiredReplicas: r.desiredReplicas,
     ...(rollout && { rolloutBlocked: rollout.blocked }),
@@ -523,10 +526,12 @@ function problemEvents(obs: Observation): PlanEvent[] {
     : [];
 }
 
-/** Once per generation (the status has not seen it yet): a deprecated field is set. */
-function deprecationEvents(obs: Observation): PlanEvent[] {
-  const seen = (obs.raw.status as { observedGeneration?: number } | undefined)?.observedGeneration;
-  if (!obs.spec?.podTemplate || seen === obs.raw.metadata.generation) return [];
+/**
+ * A deprecated field is set: said once per generation by each operator
+ * process (an upgraded operator says it once, without a spec change).
+ */
+function deprecationEvents(obs: Observation, warned: number | undefined): PlanEvent[] {
+  if (!obs.spec?.podTemplate || warned === obs.raw.metadata.generation) return [];
   return [
     {
       type: 'Warning',

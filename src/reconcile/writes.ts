@@ -78,6 +78,8 @@ export interface PlannedWrites {
   events: PlanEvent[];
   /** sent when this reconcile creates the Deployment */
   createdEvent?: PlanEvent;
+  /** sent whatever the status: about the spec as written, not a change the status carries */
+  notices?: PlanEvent[];
   scaleDownHeld?: number;
 }
 
@@ -114,6 +116,7 @@ export function settle(
         event,
         after: event.of === 'Deployment' ? deploymentDone : 0,
       })),
+      ...(p.notices ?? []).map((event) => ({ event, after: 0 })),
     ],
     // Counted once: by the reconcile whose write lowered the replicas.
     ...(p.scaleDownHeld !== undefined &&

@@ -79,13 +79,18 @@ function pluginsDir(root: string): string {
   return `${PLUGINS}/${dirs[0]}/plugins`;
 }
 
+/** A node's own folder: `home` inside the chroot, `hostHome` the same seen from here. */
+export function rabbitNodeHome(root: string, name: string): { home: string; hostHome: string } {
+  const home = `/run/jobfleet/${name}`;
+  return { home, hostHome: path.join(root, home) };
+}
+
 /** Starts a node (or restarts one on its kept data) and waits for its management API. */
 export async function startRabbitNode(o: RabbitNodeOptions): Promise<RabbitNode> {
   const host = o.host ?? '127.0.0.1';
   const longnames = host !== '127.0.0.1';
   const nodename = `${o.name}@${longnames ? host : 'localhost'}`;
-  const home = `/run/jobfleet/${o.name}`; // inside the chroot
-  const hostHome = path.join(o.root, home);
+  const { home, hostHome } = rabbitNodeHome(o.root, o.name);
   await mkdir(path.join(hostHome, 'data'), { recursive: true });
   await mkdir(path.join(hostHome, 'log'), { recursive: true });
   const cookiePath = path.join(hostHome, '.erlang.cookie');

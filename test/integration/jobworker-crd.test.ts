@@ -110,6 +110,61 @@ describe('JobWorker CRD', () => {
       (s: any) => delete s.deadLetter.owner,
       /spec\.deadLetter\.owner: Required value/,
     ],
+    [
+      'a template env entry setting a contract variable',
+      (s: any) =>
+        (s.template = {
+          spec: {
+            containers: [{ name: 'worker', env: [{ name: 'JOBFLEET_QUEUE', value: 'other' }] }],
+          },
+        }),
+      /spec\.template\.spec\.containers\[0\]\.env\[0\]: Invalid value.*JOBFLEET_QUEUE is set by the operator from spec\.broker\.queue: set that field/,
+    ],
+    [
+      'a sidecar taking the metrics port',
+      (s: any) =>
+        (s.template = {
+          spec: {
+            containers: [
+              { name: 'worker' },
+              { name: 'proxy', image: 'r/proxy:1', ports: [{ containerPort: 9464 }] },
+            ],
+          },
+        }),
+      /spec\.template\.spec\.containers\[1\]\.ports\[0\]: Invalid value.*port 9464, named metrics, is the worker’s/,
+    ],
+    [
+      'a template label the operator sets',
+      (s: any) =>
+        (s.template = { metadata: { labels: { team: 'a', 'jobfleet.dev/jobworker': 'other' } } }),
+      /spec\.template\.metadata\.labels: Invalid value.*sets jobfleet\.dev\/jobworker, a label the operator sets/,
+    ],
+    [
+      'a template grace period (the drain deadline sets it)',
+      (s: any) => (s.template = { spec: { terminationGracePeriodSeconds: 5 } }),
+      /spec\.template\.spec\.terminationGracePeriodSeconds: Invalid value.*spec\.shutdown\.drainDeadlineSeconds/,
+    ],
+    [
+      'a worker container image (spec.image sets it)',
+      (s: any) => (s.template = { spec: { containers: [{ name: 'worker', image: 'r/other:2' }] } }),
+      /spec\.template\.spec\.containers\[0\]\.image: Invalid value.*spec\.image: set it there/,
+    ],
+    [
+      'a privileged worker',
+      (s: any) =>
+        (s.template = {
+          spec: { containers: [{ name: 'worker', securityContext: { privileged: true } }] },
+        }),
+      /spec\.template\.spec\.containers\[0\]\.securityContext: Invalid value.*restricted Pod Security profile/,
+    ],
+    [
+      'both template and the deprecated podTemplate',
+      (s: any) => {
+        s.template = { spec: { priorityClassName: 'high' } };
+        s.podTemplate = { labels: { team: 'a' } };
+      },
+      /spec\.podTemplate: Invalid value.*set spec\.template or the deprecated spec\.podTemplate, not both/,
+    ],
   ])('rejects %s, naming the field', async (_what, patch, message) => {
     const err = await create('bad', withSpec(patch)).then(
       () => undefined,
@@ -117,6 +172,14 @@ describe('JobWorker CRD', () => {
     );
     expect(err?.code).toBe(422);
     expect((JSON.parse(String(err?.body)) as { message: string }).message).toMatch(message);
+  });
+
+  it('accepts the full example: a whole pod template (pull secrets, a CA volume, spread, priority)', async () => {
+    const full = parse(
+      readFileSync(path.join(repoRoot, 'examples/jobworker-full.yaml'), 'utf8'),
+    ) as { spec: Record<string, any> };
+    const jw = await create('full', full.spec);
+    expect(jw.spec.template).toEqual(full.spec.template);
   });
 
   it("rejects a name ending in '-cohort' (another JobWorker's cohort Deployment), saying why", async () => {

@@ -163,5 +163,13 @@ describe('settle', () => {
       first.status?.remember,
     );
     expect(withEvent.events).toEqual([]);
+    // a notice about the spec as written (a deprecated field) goes all the same
+    const notice = {
+      type: 'Warning' as const,
+      reason: 'PodTemplateDeprecated' as const,
+      message: 'm',
+    };
+    const withNotice = settle(planned(o, { notices: [notice] }), o, first.status?.remember);
+    expect(withNotice.events).toEqual([{ event: notice, after: 0 }]);
   });
 });
