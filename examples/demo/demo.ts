@@ -29,6 +29,22 @@ const NAME = 'order-shipper';
 const QUEUE = 'orders.ship';
 
 type Jw = KubeObject & { spec: JobWorkerSpecInput; status?: JobWorkerStatus };
+type EnvVar = { name: string; value: string };
+
+/** The worker container's env (the template's container named `worker`, which the manifest has). */
+function workerEnv(s: JobWorkerSpecInput): EnvVar[] {
+  const c = s.template?.spec?.containers?.find((x) => x.name === 'worker');
+  if (!c)
+    throw new Error('examples/demo/jobworker.yaml: spec.template needs the container `worker`');
+  return (c.env ?? []) as EnvVar[];
+}
+
+/** A revision's change: the worker container's env, the rest of the template kept. */
+function setWorkerEnv(s: JobWorkerSpecInput, env: EnvVar[]): void {
+  workerEnv(s);
+  const spec = s.template!.spec!;
+  spec.containers = spec.containers!.map((c) => (c.name === 'worker' ? { ...c, env } : c));
+}
 
 async function main(): Promise<number> {
   const services = await findServices(process.env, { containers: false });
@@ -154,7 +170,7 @@ async function main(): Promise<number> {
     // Revision 2 ships a regression: each carrier call now takes 8 s.
     const v2 = structuredClone(manifest.spec);
     v2.image = 'registry.example.com/shipping/order-worker:1.1.0';
-    v2.podTemplate = { ...v2.podTemplate, env: [{ name: 'CARRIER_LATENCY_MS', value: '8000' }] };
+    setWorkerEnv(v2, [{ name: 'CARRIER_LATENCY_MS', value: '8000' }]);
     await apply(v2);
     await until(
       'revision 2',
@@ -224,7 +240,7 @@ async function main(): Promise<number> {
     const cohortSpec = (image: string, env: Array<{ name: string; value: string }> = []) => {
       const s = structuredClone(manifest.spec);
       s.image = image;
-      s.podTemplate = { ...s.podTemplate, env: [...(s.podTemplate?.env ?? []), ...env] };
+      setWorkerEnv(s, [...workerEnv(s), ...env]);
       s.rollout = {
         ...s.rollout,
         strategy: 'Cohort',

@@ -8,6 +8,7 @@ import client from 'prom-client';
 import { operatorMetrics } from '../metrics.js';
 import { workerMetrics } from '../../worker/metrics.js';
 import { jobReplayCrd, jobWorkerCrd, type Schema } from './crd.js';
+import { TEMPLATE_KUBERNETES_VERSION } from './template-rules.js';
 import { DLQ_HELP, JOBFLEET_USAGE, KUBECTL_JOBWORKER_USAGE, VERIFY_HELP } from '../cli/help.js';
 import {
   CONDITIONS,
@@ -77,8 +78,7 @@ ${rows('status').join('\n')}
  * its description pointing at the Kubernetes reference, not hundreds.
  */
 const KUBERNETES_TYPES: Record<string, string> = {
-  'spec.template':
-    '[PodTemplateSpec](https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-template-v1/#PodTemplateSpec)',
+  'spec.template': `[PodTemplateSpec](https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-template-v1/#PodTemplateSpec) (Kubernetes ${TEMPLATE_KUBERNETES_VERSION}'s schema)`,
 };
 
 /** One row per field, depth first; a required field says so. */
