@@ -7,6 +7,8 @@ import { FAILURE_CLASSES } from '../../worker/envelope.js';
 
 export const REPLAY_KIND = 'JobReplay';
 export const REPLAY_PLURAL = 'jobreplays';
+/** A dry run's entries are kept in its status: bounded so the object stays small. */
+export const DRY_RUN_MAX = 500;
 
 export const jobReplaySpec = z
   .object({
@@ -40,15 +42,9 @@ export const jobReplaySpec = z
         since: z.string().datetime().optional().describe('Dead-lettered at or after (RFC 3339)'),
         until: z.string().datetime().optional().describe('Dead-lettered before (RFC 3339)'),
       })
-      .describe('Which quarantined dead letters; every field narrows, at least one is required')
-      .meta({
-        'x-kubernetes-validations': [
-          {
-            rule: 'has(self.ids) || has(self.keys) || has(self.reasonContains) || has(self.failureClass) || has(self.since) || has(self.until)',
-            message: 'select something: ids, keys, reasonContains, failureClass, since or until',
-          },
-        ],
-      }),
+      .describe(
+        'Which quarantined dead letters; every field narrows, at least one is required (a dry run may list them all)',
+      ),
     ratePerSecond: z.number().min(0.01).max(1000).default(5).describe('Replays per second'),
     burst: z.number().int().min(1).max(1000).default(10).describe('Replays at once, at most'),
     maxCount: z
@@ -70,6 +66,12 @@ export const jobReplaySpec = z
       .max(253)
       .describe('Who asked for the replay (recorded in the audit)'),
     reason: z.string().min(1).max(1024).describe('Why (recorded in the audit)'),
+    dryRun: z
+      .boolean()
+      .default(false)
+      .describe(
+        `List what the selector matches, replaying nothing: status.entries holds the first maxCount (at most ${DRY_RUN_MAX}), status.selected how many match. kubectl jobworker dlq list makes one, reads it and deletes it`,
+      ),
     force: z
       .boolean()
       .default(false)
@@ -80,6 +82,16 @@ export const jobReplaySpec = z
   .meta({
     'x-kubernetes-validations': [
       { rule: 'self == oldSelf', message: 'a JobReplay cannot be changed: create another one' },
+      {
+        rule: 'self.dryRun || has(self.selector.ids) || has(self.selector.keys) || has(self.selector.reasonContains) || has(self.selector.failureClass) || has(self.selector.since) || has(self.selector.until)',
+        message: 'select something: ids, keys, reasonContains, failureClass, since or until',
+        fieldPath: '.selector',
+      },
+      {
+        rule: `!self.dryRun || self.maxCount <= ${DRY_RUN_MAX}`,
+        message: `a dry run lists at most ${DRY_RUN_MAX} entries: lower maxCount`,
+        fieldPath: '.maxCount',
+      },
     ],
   })
   .describe('Which dead letters to replay, how fast, and who asks and why (audited)');
@@ -104,6 +116,20 @@ export const REPLAY_PHASES = [
   'Stopped',
 ] as const;
 export type ReplayPhase = (typeof REPLAY_PHASES)[number];
+
+/** One quarantined dead letter, as a dry run lists it (no payload: it may hold personal data). */
+const deadLetterEntry = z
+  .object({
+    id: z.number().int().describe('The entry id (replay it by spec.selector.ids)'),
+    key: z.string().optional().describe('Its idempotency key, when the message had one'),
+    type: z.string().optional().describe('Its job type, when the envelope named one'),
+    failureClass: z.string().describe('Why, as a class: permanent, attempts_exhausted, …'),
+    attempts: z.number().int().describe('Runs before it was dead-lettered'),
+    reason: z.string().describe('Why, in words (never a secret)'),
+    deadLetteredAt: z.string().describe('When it was quarantined (RFC 3339)'),
+  })
+  .describe('A quarantined dead letter (its payload stays in the quarantine)');
+export type DeadLetterEntry = z.infer<typeof deadLetterEntry>;
 
 export const jobReplayStatus = z
   .object({
@@ -133,6 +159,13 @@ export const jobReplayStatus = z
     startedAt: z.string().optional().describe('When the replay started'),
     finishedAt: z.string().optional().describe('When it finished'),
     message: z.string().optional().describe('What happened, in words'),
+    entries: z
+      .array(deadLetterEntry)
+      .max(DRY_RUN_MAX)
+      .optional()
+      .describe(
+        'A dry run’s answer: the first maxCount dead letters the selector matches, oldest first',
+      ),
   })
   .describe('The replay’s progress, written as it goes');
 export type JobReplayStatus = z.infer<typeof jobReplayStatus>;

@@ -180,17 +180,43 @@ async function list(store: DeadLetterStore, o: Values, queue: string): Promise<n
     console.log(JSON.stringify({ total, rows: rows.map(publicRow) }, null, 2));
     return 0;
   }
-  const now = Date.now();
-  console.log(
+  printDeadLetters(
     `${total} ${s.status ?? 'quarantined'} dead letter${total === 1 ? '' : 's'} from ${queue}${total > rows.length ? ` (first ${rows.length})` : ''}`,
+    rows.map((r) => ({
+      id: r.id,
+      at: r.dead_lettered_at,
+      failureClass: r.failure_class,
+      attempts: r.attempts,
+      key: r.key,
+      type: r.type,
+      reason: r.reason,
+    })),
   );
-  if (!rows.length) return 0;
+  return 0;
+}
+
+/** A dead letter as `dlq list` prints it (from the database, or from a dry run's status). */
+export interface ListedDeadLetter {
+  id: number;
+  at: Date;
+  failureClass: string;
+  attempts: number;
+  key?: string | null;
+  type?: string | null;
+  reason: string;
+}
+
+/** The heading, then one aligned row per dead letter. */
+export function printDeadLetters(heading: string, rows: ListedDeadLetter[]): void {
+  console.log(heading);
+  if (!rows.length) return;
+  const now = Date.now();
   const table = [
     ['ID', 'AGE', 'CLASS', 'ATTEMPTS', 'KEY', 'TYPE', 'REASON'],
     ...rows.map((r) => [
       String(r.id),
-      age((now - r.dead_lettered_at.getTime()) / 1000),
-      r.failure_class,
+      age((now - r.at.getTime()) / 1000),
+      r.failureClass,
       String(r.attempts),
       r.key ?? '-',
       r.type ?? '-',
@@ -205,7 +231,6 @@ async function list(store: DeadLetterStore, o: Values, queue: string): Promise<n
         .join('  ')
         .trimEnd(),
     );
-  return 0;
 }
 
 async function show(store: DeadLetterStore, o: Values, idArg: string | undefined): Promise<number> {

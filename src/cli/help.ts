@@ -40,7 +40,8 @@ payload of the one selected dead letter (select it with --id) and needs --reason
 A replay waits while the incident lasts: while dead letters of the selected class still arrive
 (the last 2 minutes) and, through \`kubectl jobworker dlq\`, while the JobWorker's oldest message
 is past its objective, its dependency throttles, or it rolls out or back. It goes on by itself
-when that ends, and gives up after --hold-timeout seconds held (exit 3). --force replays anyway;
+when that ends, and gives up after --hold-timeout seconds held (exit 3; through \`kubectl jobworker
+dlq\`, the JobReplay stays and replays once the hold ends). --force replays anyway;
 the audit records that it was forced. Through \`kubectl jobworker dlq\`, --rate is also capped at
 what the JobWorker's downstream budget lets its fleet complete (it says so when it caps).
 
@@ -87,7 +88,11 @@ commands:
   promote NAME --reason TEXT              a Cohort rollout: skip the current step's analysis and go on
   abort NAME --reason TEXT                a Cohort rollout: stop it; the cohort drains first, the stable
                                           revision keeps the fleet (who and why go in status and events)
-  dlq list|show|replay|discard NAME [ID]  its dead letters (options as for "jobfleet dlq")
+  dlq list|show|replay|discard NAME [ID]  its dead letters (options as for "jobfleet dlq"): list
+                                          and replay ask the operator through the apiserver (a
+                                          JobReplay; no Secret read, no route to the database
+                                          or broker needed); show, discard, list --status
+                                          and replay --edit-payload read the Secrets
 
   version                                 this plugin's version
 

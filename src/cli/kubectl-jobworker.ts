@@ -1,8 +1,9 @@
 // `kubectl jobworker …`: the kubectl plugin (kubectl finds the
 // `kubectl-jobworker` executable on PATH). Rollout commands read and patch
-// the JobWorker; `dlq` resolves its queues and the URLs in the Secrets it
-// names and runs `jobfleet dlq` against them, so on-call never copies a
-// credential.
+// the JobWorker; `dlq list` and `dlq replay` ask the operator through the
+// apiserver (a JobReplay: ./dlq-via-operator.ts); `dlq show` and `discard`
+// resolve its queues and the URLs in the Secrets it names and run
+// `jobfleet dlq` against them, so on-call never copies a credential.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +16,7 @@ import { revisionRecordName } from '../reconcile/desired.js';
 import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../reconcile/pause.js';
 import { ANNOTATION_COHORT_COMMAND, type CohortCommand } from '../reconcile/cohort.js';
 import { runDlq } from './dlq.js';
+import { dlqViaOperator } from './dlq-via-operator.js';
 import { historyLines, statusLines, verdict, whyLines } from './jobworker-view.js';
 import { KUBECTL_JOBWORKER_USAGE } from './help.js';
 
@@ -167,6 +169,17 @@ async function main(argv: string[]): Promise<number> {
       const [sub, name, ...passOn] = args;
       if (!sub || !name || name.startsWith('-'))
         return usage('dlq list|show|replay|discard NAME [options]');
+      // through the operator, but for what it cannot do: other statuses than
+      // quarantined, and an edited payload (a file on this machine)
+      const direct = passOn.some((a) => /^--(status|edit-payload)(=|$)/.test(a));
+      if ((sub === 'list' || sub === 'replay') && !direct) {
+        await get(name); // a JobWorker that does not exist is said here, not by the operator
+        return dlqViaOperator(
+          { client, namespace, jobWorker: name, whoAmI: () => whoAmI(client) },
+          sub,
+          passOn,
+        );
+      }
       const target = await resolveJobWorker(client, namespace, name);
       if ('problem' in target) throw new Error(target.problem);
       return runDlq(

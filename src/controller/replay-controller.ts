@@ -15,13 +15,14 @@ import { API_VERSION, KIND, parseSpec, type JobWorkerStatus } from '../api/jobwo
 import {
   REPLAY_KIND,
   parseReplaySpec,
+  type DeadLetterEntry,
   type JobReplaySpec,
   type JobReplayStatus,
 } from '../api/jobreplay.js';
 import { replay, type ReplayProgress } from '../dlq/replay.js';
 import { askHold, holdGate } from '../dlq/replay-gate.js';
 import { replayRate, type Hold } from '../dlq/replay-hold.js';
-import { DeadLetterStore } from '../dlq/store.js';
+import { DeadLetterStore, type DeadLetterRow, type Selector } from '../dlq/store.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder } from '../kube/events.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
@@ -86,6 +87,10 @@ export class JobReplayController {
       const fix = target.missing ? 'fix spec.jobWorker' : 'fix it, and the replay starts';
       await this.writeStatus(jr, { phase: 'Pending', message: `${target.problem}: ${fix}.` });
       return { requeueAfterMs: 10_000 };
+    }
+    if (spec.dryRun) {
+      await this.dryRun(jr, spec, target);
+      return {};
     }
     const abort = new AbortController();
     const done = this.run(jr, spec, target, abort.signal)
@@ -152,27 +157,17 @@ export class JobReplayController {
           'ReplayRateCapped',
           `Replaying at ${rate.capped}.`,
         );
-      await this.writeStatus(jr, {
-        phase: 'Running',
-        startedAt,
-        message: rate.capped ? `Replaying at ${rate.capped}.` : 'Replaying.',
-      });
+      // the cap stays in the message while the pass runs: the plugin prints it
+      const running = rate.capped ? `Replaying at ${rate.capped}.` : 'Replaying.';
+      await this.writeStatus(jr, { phase: 'Running', startedAt, message: running });
 
       let lastWrite = 0;
       let writing: Promise<unknown> = Promise.resolve();
       const progress = (p: ReplayProgress, phase: JobReplayStatus['phase'] = 'Running') =>
-        this.writeStatus(jr, { phase, ...counts(p), message: p.message || 'Replaying.' });
+        this.writeStatus(jr, { phase, ...counts(p), message: p.message || running });
       const p = await replay(
         {
-          selector: {
-            queue: t.queue,
-            ids: spec.selector.ids,
-            keys: spec.selector.keys,
-            reason: spec.selector.reasonContains,
-            failureClass: spec.selector.failureClass,
-            since: spec.selector.since ? new Date(spec.selector.since) : undefined,
-            until: spec.selector.until ? new Date(spec.selector.until) : undefined,
-          },
+          selector: storeSelector(spec, t.queue),
           deadLetterQueue: t.deadLetterQueue,
           replayId: jr.metadata.uid as string,
           initiator: spec.initiator,
@@ -229,6 +224,48 @@ export class JobReplayController {
       );
     } finally {
       await conn.close().catch(() => undefined);
+      await pool.end().catch(() => undefined);
+    }
+  }
+
+  /**
+   * A dry run: what the selector matches, written to status and nothing
+   * replayed. How `kubectl jobworker dlq list` reads the quarantine through
+   * the apiserver alone (the user needs neither the Secrets nor a route to
+   * the database). A database it cannot reach fails the run, saying so.
+   */
+  private async dryRun(
+    jr: JobReplay,
+    spec: JobReplaySpec,
+    t: { queue: string; claimsUrl: string },
+  ) {
+    const pool = new pg.Pool({
+      connectionString: t.claimsUrl,
+      max: 1,
+      connectionTimeoutMillis: 5000,
+    });
+    pool.on('error', () => undefined);
+    try {
+      const store = new DeadLetterStore(pool);
+      const selector = storeSelector(spec, t.queue);
+      const [rows, selected] = await Promise.all([
+        store.list(selector, spec.maxCount),
+        store.count(selector),
+      ]);
+      await this.writeStatus(jr, {
+        phase: 'Succeeded',
+        selected,
+        entries: rows.map(entryOf),
+        message: `${selected} quarantined dead letter${selected === 1 ? '' : 's'} of ${spec.jobWorker} match${selected === 1 ? 'es' : ''}${selected > rows.length ? ` (the first ${rows.length} listed)` : ''}; nothing was replayed (a dry run).`,
+        finishedAt: iso(this.now()),
+      });
+    } catch (err) {
+      await this.writeStatus(jr, {
+        phase: 'Failed',
+        message: `The claims database could not be read: ${(err as Error).message}.`,
+        finishedAt: iso(this.now()),
+      });
+    } finally {
       await pool.end().catch(() => undefined);
     }
   }
@@ -331,6 +368,31 @@ export class JobReplayController {
     for (const r of runs) r.abort.abort();
     await Promise.all(runs.map((r) => r.done));
   }
+}
+
+function storeSelector(spec: JobReplaySpec, queue: string): Selector {
+  const s = spec.selector;
+  return {
+    queue,
+    ids: s.ids,
+    keys: s.keys,
+    reason: s.reasonContains,
+    failureClass: s.failureClass,
+    since: s.since ? new Date(s.since) : undefined,
+    until: s.until ? new Date(s.until) : undefined,
+  };
+}
+
+function entryOf(r: DeadLetterRow): DeadLetterEntry {
+  return {
+    id: Number(r.id),
+    ...(r.key !== null && { key: r.key }),
+    ...(r.type !== null && { type: r.type }),
+    failureClass: r.failure_class,
+    attempts: r.attempts,
+    reason: r.reason,
+    deadLetteredAt: iso(r.dead_lettered_at),
+  };
 }
 
 function counts(p: ReplayProgress): JobReplayStatus {

@@ -346,7 +346,7 @@ describe('the quarantine, seen by the operator', () => {
     for (let i = 0; i < 10; i++) expect(await h.effects(`order:r-${i}:ship`)).toBe(1);
   }, 240_000);
 
-  it('kubectl jobworker dlq: the real kubectl finds the plugin, which resolves the JobWorker and its Secrets; its replay holds while the JobWorker is paused', async () => {
+  it('kubectl jobworker dlq: the real kubectl finds the plugin; list and replay ask the operator (a JobReplay), show reads the Secrets; a replay holds while the JobWorker is paused', async () => {
     await h.startWorker({
       handlers: { ship: () => Promise.reject(new Permanent('rejected for good')) },
     });
@@ -425,7 +425,7 @@ describe('the quarantine, seen by the operator', () => {
     );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toContain(
-      'replaying at 50/s capped at 2/s: the downstream budget (maxConcurrency 8) lets 1 replicas of 2 jobs/s each complete no more',
+      'Replaying at 50/s capped at 2/s: the downstream budget (maxConcurrency 8) lets 1 replicas of 2 jobs/s each complete no more',
     );
     const { rows } = await h.db.pool.query<{ span: number; n: number }>(
       `select extract(epoch from max(at) - min(at))::float8 as span, count(*)::int as n
@@ -512,7 +512,7 @@ describe('the quarantine, seen by the operator', () => {
     );
   });
 
-  it('the apiserver refuses a JobReplay without a selection, and changes to one', async () => {
+  it('the apiserver refuses a JobReplay without a selection (a dry run may have none, listing at most 500), and changes to one', async () => {
     const bad = client.apply(
       {
         apiVersion: 'jobfleet.dev/v1alpha1',
@@ -523,6 +523,28 @@ describe('the quarantine, seen by the operator', () => {
       'test-user',
     );
     await expect(bad).rejects.toThrow(/select something: ids, keys, reasonContains/);
+    // a dry run may list everything, a bounded number at a time
+    const dryRun = (name: string, maxCount: number) =>
+      client.apply(
+        {
+          apiVersion: 'jobfleet.dev/v1alpha1',
+          kind: 'JobReplay',
+          metadata: { name, namespace: ns.namespace },
+          spec: {
+            jobWorker: 'shipper',
+            selector: {},
+            dryRun: true,
+            maxCount,
+            initiator: 'dan',
+            reason: 'look',
+          },
+        },
+        'test-user',
+      );
+    await dryRun('look', 500);
+    await expect(dryRun('look-more', 501)).rejects.toThrow(
+      /spec\.maxCount: Invalid value.*a dry run lists at most 500 entries: lower maxCount/,
+    );
     await client.apply(
       {
         apiVersion: 'jobfleet.dev/v1alpha1',
