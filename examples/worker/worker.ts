@@ -42,11 +42,10 @@ async function carrierShip(order: ShipOrder, idempotencyKey: string, signal: Abo
 }
 
 const worker = createWorker({
-  // The contract this code implements: the operator refuses to run it under another.
-  contract: {
-    keyRule: process.env.JOBFLEET_KEY_RULE ?? 'order:{orderId}:ship',
-    schemaVersions: process.env.JOBFLEET_SCHEMA_VERSIONS?.split(',').map(Number) ?? [1, 2],
-  },
+  // The contract this code implements, stated here and never read from the
+  // environment: a JobWorker whose spec.contract differs (JOBFLEET_KEY_RULE,
+  // JOBFLEET_SCHEMA_VERSIONS) makes the worker refuse to start, naming both.
+  contract: { keyRule: 'order:{orderId}:ship', schemaVersions: [1, 2] },
   handlers: {
     'order.ship': async (job, ctx) => {
       const order = job.payload as ShipOrder;

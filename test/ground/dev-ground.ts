@@ -6,7 +6,8 @@
 // images run); any other image's pod fails, saying so.
 import { KubeClient } from '../../src/kube/client.js';
 import { compiled } from './compiled.js';
-import { startControlPlane, type ControlPlane } from './control-plane.js';
+import path from 'node:path';
+import { repoRoot, startControlPlane, type ControlPlane } from './control-plane.js';
 import { loadKubeConfig } from './kube.js';
 import { LocalRunner } from './local-runner.js';
 
@@ -25,13 +26,30 @@ export function devCommand(image: string): string[] {
   return [process.execPath, '-e', `console.error(${JSON.stringify(why)}); process.exit(1)`];
 }
 
+/** The env that gives a pod's process the names in `hosts` (./cluster-dns.mjs). */
+function clusterDns(hosts: Record<string, string> = {}): Record<string, string> {
+  const entries = Object.entries(hosts);
+  if (!entries.length) return {};
+  return {
+    NODE_OPTIONS:
+      `${process.env.NODE_OPTIONS ?? ''} --import=${path.join(repoRoot, 'test/ground/cluster-dns.mjs')}`.trim(),
+    JOBFLEET_GROUND_HOSTS: entries.map(([name, address]) => `${name}=${address}`).join(','),
+  };
+}
+
 export interface DevGround {
   plane: ControlPlane;
   runner: LocalRunner;
   stop(): Promise<void>;
 }
 
-export async function startDevGround(): Promise<DevGround> {
+/**
+ * `hosts`: in-cluster names the pods resolve (name → address), as cluster DNS
+ * would give them; this machine's own processes do not (./cluster-dns.mjs).
+ */
+export async function startDevGround(
+  o: { hosts?: Record<string, string> } = {},
+): Promise<DevGround> {
   const plane = await startControlPlane({ fakeNode: false });
   try {
     const client = new KubeClient(loadKubeConfig(plane.kubeconfigPath));
@@ -41,7 +59,7 @@ export async function startDevGround(): Promise<DevGround> {
       untainted: true,
       command: devCommand,
       // The operator's pod reaches the apiserver as the ground's admin (no service account tokens here).
-      env: { KUBECONFIG: plane.kubeconfigPath },
+      env: { KUBECONFIG: plane.kubeconfigPath, ...clusterDns(o.hosts) },
       inheritStderr: !!process.env.JOBFLEET_TEST_LOG,
     });
     await runner.start();
