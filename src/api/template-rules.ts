@@ -30,9 +30,15 @@ const ownLabels = [
 ];
 const ownLabel = (k: string) =>
   `(${k} in ${list([...new Set(ownLabels)])} || ${k}.startsWith('jobfleet.dev/'))`;
-const contractFields = `{${Object.entries(CONTRACT_ENV)
+// A variable a spec field sets names that field; one the operator alone sets
+// (the revision, the metrics port: "(the operator: …)") is just removed.
+const fromSpec = Object.entries(CONTRACT_ENV).filter(([, from]) => from.startsWith('spec.'));
+const contractFields = `{${fromSpec
   .map(([name, from]) => `'${name}': '${from.replace(/'/g, '')}'`)
   .join(', ')}}`;
+const operatorOnly = Object.keys(CONTRACT_ENV).filter(
+  (name) => !fromSpec.some(([n]) => n === name),
+);
 const worker = `self.name != '${WORKER_CONTAINER}'`;
 
 const LABELS: Rule[] = [
@@ -94,6 +100,10 @@ const ENV_VAR: Rule[] = [
   {
     rule: `!(self.name in ${contractFields})`,
     messageExpression: `self.name + ' is set by the operator from ' + ${contractFields}[self.name] + ': set that field and remove this entry'`,
+  },
+  {
+    rule: `!(self.name in ${list(operatorOnly)})`,
+    messageExpression: `self.name + ' is the operator’s own (the revision it runs, its metrics port): remove this entry'`,
   },
 ];
 const PORT: Rule[] = [

@@ -195,7 +195,9 @@ export function envProblems(spec: JobWorkerSpec): string[] {
     const field = CONTRACT_ENV[name];
     return field
       ? [
-          `${at}.env[${i}] sets ${name}, which the operator sets from ${field}: set it there and remove it from ${at}.env.`,
+          field.startsWith('spec.')
+            ? `${at}.env[${i}] sets ${name}, which the operator sets from ${field}: set it there and remove it from ${at}.env.`
+            : `${at}.env[${i}] sets ${name}, the operator’s own ${field.replace(/^\(the operator: |\)$/g, '')}: remove it from ${at}.env.`,
         ]
       : [];
   });

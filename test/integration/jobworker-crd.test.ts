@@ -121,6 +121,18 @@ describe('JobWorker CRD', () => {
       /spec\.template\.spec\.containers\[0\]\.env\[0\]: Invalid value.*JOBFLEET_QUEUE is set by the operator from spec\.broker\.queue: set that field/,
     ],
     [
+      'an init container setting the revision, which only the operator sets',
+      (s: any) =>
+        (s.template = {
+          spec: {
+            initContainers: [
+              { name: 'init', image: 'r/i:1', env: [{ name: 'JOBFLEET_REVISION', value: '7' }] },
+            ],
+          },
+        }),
+      /spec\.template\.spec\.initContainers\[0\]\.env\[0\]: Invalid value.*JOBFLEET_REVISION is the operator’s own .*: remove this entry/,
+    ],
+    [
       'a sidecar taking the metrics port',
       (s: any) =>
         (s.template = {
