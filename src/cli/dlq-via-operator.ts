@@ -17,7 +17,7 @@ import {
 } from '../api/jobreplay.js';
 import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
 import { FAILURE_CLASSES } from '../../worker/envelope.js';
-import { printDeadLetters } from './dlq.js';
+import { date, deadLetterIds, oneOf, positiveNumber, printDeadLetters } from './dlq.js';
 
 const options = {
   id: { type: 'string', multiple: true },
@@ -55,40 +55,17 @@ export interface OperatorDlq {
 type JobReplayObject = KubeObject & { status?: JobReplayStatus };
 const TERMINAL = ['Succeeded', 'Failed', 'Stopped'];
 
-function count(v: string | undefined, flag: string, max = Infinity): number {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n <= 0 || n > max)
-    throw new Error(
-      `${flag} must be a positive number${max < Infinity ? ` up to ${max}` : ''}, got "${v}"`,
-    );
-  return n;
-}
-
-function instant(v: string | undefined, flag: string): string | undefined {
-  if (v === undefined) return undefined;
-  const d = new Date(v);
-  if (Number.isNaN(d.getTime()))
-    throw new Error(`${flag} must be an ISO date, e.g. 2026-11-30T08:00:00Z; got "${v}"`);
-  return d.toISOString();
-}
-
 /** The JobReplay selector the flags describe (the same flags as `jobfleet dlq`). */
 function selectorOf(o: Values): Record<string, unknown> {
-  const ids = (o.id ?? []).map((v) => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < 1)
-      throw new Error(`--id must be a dead-letter id (a positive integer), got "${v}"`);
-    return n;
-  });
-  if (o.class !== undefined && !(FAILURE_CLASSES as readonly string[]).includes(o.class))
-    throw new Error(`--class must be one of ${FAILURE_CLASSES.join(', ')}; got "${o.class}"`);
-  const since = instant(o.since, '--since');
-  const until = instant(o.until, '--until');
+  const ids = deadLetterIds(o.id);
+  const failureClass = oneOf(o.class, FAILURE_CLASSES, '--class');
+  const since = date(o.since, '--since')?.toISOString();
+  const until = date(o.until, '--until')?.toISOString();
   return {
     ...(ids.length && { ids }),
     ...(o.key?.length && { keys: o.key }),
     ...(o['reason-contains'] && { reasonContains: o['reason-contains'] }),
-    ...(o.class && { failureClass: o.class }),
+    ...(failureClass && { failureClass }),
     ...(since && { since }),
     ...(until && { until }),
   };
@@ -139,7 +116,7 @@ async function follow(
 }
 
 async function list(t: OperatorDlq, o: Values): Promise<number> {
-  const limit = count(o.limit, '--limit', DRY_RUN_MAX);
+  const limit = positiveNumber(o.limit, '--limit', DRY_RUN_MAX);
   const name = await create(t, 'list', {
     dryRun: true,
     selector: selectorOf(o),
@@ -192,10 +169,10 @@ async function replay(t: OperatorDlq, o: Values): Promise<number> {
   try {
     name = await create(t, 'replay', {
       selector,
-      ratePerSecond: count(o.rate, '--rate'),
-      burst: count(o.burst, '--burst'),
-      maxCount: count(o['max-count'], '--max-count'),
-      failureThreshold: count(o['failure-threshold'], '--failure-threshold'),
+      ratePerSecond: positiveNumber(o.rate, '--rate'),
+      burst: positiveNumber(o.burst, '--burst'),
+      maxCount: positiveNumber(o['max-count'], '--max-count'),
+      failureThreshold: positiveNumber(o['failure-threshold'], '--failure-threshold'),
       force: o.force,
       initiator: user,
       reason,
@@ -209,18 +186,23 @@ async function replay(t: OperatorDlq, o: Values): Promise<number> {
     throw err;
   }
   console.error(`jobreplay/${name} created: kubectl get jobreplay ${name} -n ${t.namespace} -w`);
-  const holdMs = count(o['hold-timeout'], '--hold-timeout') * 1000;
+  const holdMs = positiveNumber(o['hold-timeout'], '--hold-timeout') * 1000;
   let heldSince: number | undefined;
   let said = '';
-  const jr = await follow(t, name, count(o['wait-timeout'], '--wait-timeout') * 1000, (x) => {
-    const s = x.status;
-    if (s?.message && s.message !== said) console.error((said = s.message));
-    heldSince = s?.phase === 'Held' ? (heldSince ?? Date.now()) : undefined;
-    return (
-      TERMINAL.includes(s?.phase ?? '') ||
-      (heldSince !== undefined && Date.now() - heldSince >= holdMs)
-    );
-  });
+  const jr = await follow(
+    t,
+    name,
+    positiveNumber(o['wait-timeout'], '--wait-timeout') * 1000,
+    (x) => {
+      const s = x.status;
+      if (s?.message && s.message !== said) console.error((said = s.message));
+      heldSince = s?.phase === 'Held' ? (heldSince ?? Date.now()) : undefined;
+      return (
+        TERMINAL.includes(s?.phase ?? '') ||
+        (heldSince !== undefined && Date.now() - heldSince >= holdMs)
+      );
+    },
+  );
   const s = jr?.status;
   if (!s || !TERMINAL.includes(s.phase ?? '')) {
     console.error(

@@ -53,14 +53,18 @@ type Values = ReturnType<
   typeof parseArgs<{ options: typeof options; allowPositionals: true }>
 >['values'];
 
-function positiveNumber(v: string | undefined, flag: string): number {
+/** A flag's positive number (at most `max`), or an error naming the flag. */
+export function positiveNumber(v: string | undefined, flag: string, max = Infinity): number {
   const n = Number(v);
-  if (!Number.isFinite(n) || n <= 0)
-    throw new Error(`${flag} must be a positive number, got "${v}"`);
+  if (!Number.isFinite(n) || n <= 0 || n > max)
+    throw new Error(
+      `${flag} must be a positive number${max < Infinity ? ` up to ${max}` : ''}, got "${v}"`,
+    );
   return n;
 }
 
-function date(v: string | undefined, flag: string): Date | undefined {
+/** A flag's ISO date, or an error naming the flag and an example. */
+export function date(v: string | undefined, flag: string): Date | undefined {
   if (v === undefined) return undefined;
   const d = new Date(v);
   if (Number.isNaN(d.getTime()))
@@ -71,7 +75,7 @@ function date(v: string | undefined, flag: string): Date | undefined {
 const STATUSES = ['quarantined', 'replayed', 'discarded', 'superseded'] as const;
 
 /** An enumerated option: a typo is refused with the valid values, never matched against nothing. */
-function oneOf<T extends string>(
+export function oneOf<T extends string>(
   v: string | undefined,
   valid: readonly T[],
   flag: string,
@@ -81,13 +85,18 @@ function oneOf<T extends string>(
   throw new Error(`${flag} must be one of ${valid.join(', ')}; got "${v}"`);
 }
 
-function selector(o: Values, queue: string): Selector {
-  const ids = (o.id ?? []).map((v) => {
+/** --id values: dead-letter ids. */
+export function deadLetterIds(values: string[] | undefined): number[] {
+  return (values ?? []).map((v) => {
     const n = Number(v);
     if (!Number.isInteger(n) || n < 1)
       throw new Error(`--id must be a dead-letter id (a positive integer), got "${v}"`);
     return n;
   });
+}
+
+function selector(o: Values, queue: string): Selector {
+  const ids = deadLetterIds(o.id);
   return {
     queue,
     ids,
