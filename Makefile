@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration lint typecheck build release chart-docs bench chaos demo dev images control-plane rabbitmq4 clean deps crds pod-template-schema docs-ref docs-diagram
+.PHONY: node node-path test test-unit test-integration test-e2e-node lint typecheck build release chart-docs bench chaos demo dev images control-plane real-node rabbitmq4 clean deps crds pod-template-schema docs-ref docs-diagram
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -40,16 +40,20 @@ node_modules: package-lock.json $(NODE_DEP)
 deps: node_modules
 
 ## test: everything — unit and integration suites on real RabbitMQ (the machine's, and 4.x with
-## quorum queues), PostgreSQL and kube-apiserver
-test: node_modules control-plane rabbitmq4
+## quorum queues), PostgreSQL and kube-apiserver, then the e2e-node suites on a real node
+test: node_modules control-plane rabbitmq4 real-node
 	vitest run
 
 ## test-unit: pure logic only, no services, seconds
 test-unit: node_modules
 	vitest run --project unit
 
-test-integration: node_modules control-plane rabbitmq4
+test-integration: node_modules control-plane rabbitmq4 real-node
 	vitest run --project integration --project integration-rabbitmq4
+
+## test-e2e-node: the images in containers under a real kubelet (test/e2e-node/; needs root)
+test-e2e-node: node_modules control-plane rabbitmq4 real-node
+	vitest run --project e2e-node
 
 lint: node_modules
 	eslint .
@@ -120,19 +124,27 @@ demo: node_modules control-plane
 	node --import tsx examples/demo/demo.ts
 
 ## dev: the dev ground for trying things by hand (the README tour): a control plane whose one
-## node runs every pod — the chart's operator, the workers — as a process here; Ctrl-C stops it
-dev: node_modules control-plane
-	node --import tsx examples/dev/dev.ts
+## node runs every pod — the chart's operator, the workers — as a process here, and the registry
+## the tour pushes to; NODE=real runs them in containers under a real kubelet instead
+## (docs/real-node.md; needs root). Ctrl-C stops it
+dev: node_modules control-plane real-node
+	node --import tsx examples/dev/dev.ts $(if $(filter real,$(NODE)),--real-node)
 
-## images: the commands that build and push the operator and example-worker images (no image is
-## published yet); REGISTRY and TAG name them, e.g. make images REGISTRY=registry.example.com/you TAG=0.1.0
+## images: the operator and example-worker images from the Dockerfile, built with buildah (Debian's
+## package, installed when missing: no Docker engine needed); prints each one's digest and size.
+## REGISTRY and TAG name them; PUSH=1 pushes them (credentials: `buildah login`, or REGISTRY_AUTH_FILE;
+## a private CA: REGISTRY_CERT_DIR). BASE_IMAGE replaces the official node:24-bookworm-slim, which
+## is built here from Debian's packages when it cannot be pulled (test/ground/build-images.sh)
 REGISTRY ?= localhost:5000
 TAG ?= dev
-images:
-	@echo "docker build --target operator -t $(REGISTRY)/jobfleet-operator:$(TAG) ."
-	@echo "docker build --target example-worker -t $(REGISTRY)/jobfleet-example-worker:$(TAG) ."
-	@echo "docker push $(REGISTRY)/jobfleet-operator:$(TAG)"
-	@echo "docker push $(REGISTRY)/jobfleet-example-worker:$(TAG)"
+images: $(NODE_DEP)
+	@REGISTRY='$(REGISTRY)' TAG='$(TAG)' PUSH='$(PUSH)' BASE_IMAGE='$(BASE_IMAGE)' bash test/ground/build-images.sh
+
+## real-node: the test ground's real node — kubelet and kube-proxy (the control plane's version),
+## containerd 2, runc, CNI plugins, the registry, the pause image — from the Go module proxy into
+## .cache/real-node/ (once; needs root); `make dev NODE=real` and the e2e-node tests run it
+real-node: control-plane
+	@bash test/ground/build-node.sh >/dev/null
 
 clean:
 	rm -rf dist test-results coverage .cache/build

@@ -1,9 +1,11 @@
-// Three projects: `unit` (pure logic, no services, seconds); `integration`
+// Four projects: `unit` (pure logic, no services, seconds); `integration`
 // (real RabbitMQ, PostgreSQL and kube-apiserver, found or started by the
-// global setup in test/ground/) on the machine's RabbitMQ; and
+// global setup in test/ground/) on the machine's RabbitMQ;
 // `integration-rabbitmq4`, every suite that talks to a broker again on
 // RabbitMQ 4 with quorum queues (the broker is a suite parameter: `useRabbit()`
-// and `queueType()` read it).
+// and `queueType()` read it); and `e2e-node`, the suites that run the images
+// on a real node (a kubelet, containerd and runc: test/ground/real-node.ts),
+// one file at a time, last.
 import { defineConfig } from 'vitest/config';
 
 const integration = {
@@ -62,6 +64,20 @@ export default defineConfig({
           include: ['test/integration/**/*.test.ts'],
           exclude: brokerless,
           sequence: { groupOrder: 2 },
+          provide: { broker: 'rabbitmq4' as const, queueType: 'quorum' as const },
+        },
+      },
+      {
+        test: {
+          ...integration,
+          name: 'e2e-node',
+          include: ['test/e2e-node/**/*.test.ts'],
+          // one real node per machine: its files run one after the other
+          maxWorkers: 1,
+          fileParallelism: false,
+          testTimeout: 300_000,
+          hookTimeout: 600_000,
+          sequence: { groupOrder: 3 },
           provide: { broker: 'rabbitmq4' as const, queueType: 'quorum' as const },
         },
       },

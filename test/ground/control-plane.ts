@@ -120,6 +120,11 @@ export async function startControlPlane(
     beforeControllers?: (kubeconfigPath: string) => Promise<unknown>;
     /** kwok's fake node, where pods run without processes (default true); `make dev` runs without it */
     fakeNode?: boolean;
+    /**
+     * The address the apiserver binds and advertises (default 127.0.0.1). The real node's pods
+     * reach it there through the `kubernetes` Service, whose endpoints the apiserver then keeps.
+     */
+    address?: string;
   } = {},
 ): Promise<ControlPlane> {
   const assets = opts.assets ?? assetsDir();
@@ -199,9 +204,10 @@ export async function startControlPlane(
     rearm();
     await waitFor('etcd /health', async () => (await fetch(`${etcdUrl}/health`)).ok, procs);
 
+    const address = opts.address ?? '127.0.0.1';
     run('kube-apiserver', [
-      '--advertise-address=127.0.0.1',
-      '--bind-address=127.0.0.1',
+      `--advertise-address=${address}`,
+      `--bind-address=${address}`,
       `--secure-port=${apiPort}`,
       `--etcd-servers=${etcdUrl}`,
       `--cert-dir=${certDir}`,
@@ -212,14 +218,17 @@ export async function startControlPlane(
       '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
       `--service-account-key-file=${saPub}`,
       `--service-account-signing-key-file=${saKey}`,
-      '--endpoint-reconciler-type=none',
+      // loopback is no endpoint a pod can reach: keep none unless pods can
+      `--endpoint-reconciler-type=${address === '127.0.0.1' ? 'none' : 'lease'}`,
+      // a node's name resolves nowhere here: reach kubelets (logs, exec) at their addresses
+      '--kubelet-preferred-address-types=InternalIP',
       // No node-lifecycle controller runs to lift the not-ready taint this
       // plugin puts on new (fake) nodes, so pods would never schedule.
       '--disable-admission-plugins=TaintNodesByCondition',
       '--v=0',
     ]);
     rearm();
-    const server = `https://127.0.0.1:${apiPort}`;
+    const server = `https://${address}:${apiPort}`;
     const caFile = path.join(certDir, 'apiserver.crt');
     await waitFor(
       'kube-apiserver /readyz',
@@ -235,7 +244,7 @@ export async function startControlPlane(
     await opts.beforeControllers?.(kubeconfigPath);
     const runsWorkloads = (opts.workloads ?? true) && hasControllers(assets);
     if (runsWorkloads) {
-      startWorkloadControllers(dir, kubeconfigPath, saKey, caFile, run);
+      startWorkloadControllers(dir, kubeconfigPath, saKey, caFile, run, address !== '127.0.0.1');
       rearm();
       if (opts.fakeNode ?? true) await createFakeNode(kubeconfigPath, procs);
     }
@@ -264,12 +273,16 @@ function startWorkloadControllers(
   saKey: string,
   caFile: string,
   run: (name: string, args: string[], env?: NodeJS.ProcessEnv) => ChildProcess,
+  /** a real node's kube-proxy routes Services: it needs their EndpointSlices */
+  endpointSlices: boolean,
 ): void {
+  const controllers =
+    'deployment,replicaset,garbagecollector,namespace,serviceaccount,disruption,root-ca-cert-publisher,clusterrole-aggregation';
   run('kube-controller-manager', [
     `--kubeconfig=${kubeconfig}`,
     '--leader-elect=false',
     '--secure-port=0',
-    '--controllers=deployment,replicaset,garbagecollector,namespace,serviceaccount,disruption,root-ca-cert-publisher,clusterrole-aggregation',
+    `--controllers=${controllers}${endpointSlices ? ',endpointslice' : ''}`,
     `--service-account-private-key-file=${saKey}`,
     `--root-ca-file=${caFile}`,
     '--kube-api-qps=100',

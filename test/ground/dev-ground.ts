@@ -10,6 +10,9 @@ import path from 'node:path';
 import { repoRoot, startControlPlane, type ControlPlane } from './control-plane.js';
 import { loadKubeConfig } from './kube.js';
 import { LocalRunner } from './local-runner.js';
+import { nodeAssets } from './real-node.js';
+import { startRegistry, type Registry } from './registry.js';
+import { privateCa, type PrivateCa } from './tls.js';
 
 /** What `make images` builds, by repository name: the entrypoint each image runs (compiled, as there). */
 export const DEV_IMAGES: Record<string, string> = {
@@ -40,18 +43,27 @@ function clusterDns(hosts: Record<string, string> = {}): Record<string, string> 
 export interface DevGround {
   plane: ControlPlane;
   runner: LocalRunner;
+  /** the private registry `make images PUSH=1` pushes to (the README tour), when asked for */
+  registry?: Registry;
   stop(): Promise<void>;
 }
 
 /**
  * `hosts`: in-cluster names the pods resolve (name → address), as cluster DNS
  * would give them; this machine's own processes do not (./cluster-dns.mjs).
+ * `registry`: the ground's private registry on localhost:5000 too (one per machine).
  */
 export async function startDevGround(
-  o: { hosts?: Record<string, string> } = {},
+  o: { hosts?: Record<string, string>; registry?: boolean } = {},
 ): Promise<DevGround> {
   const plane = await startControlPlane({ fakeNode: false });
+  let ca: PrivateCa | undefined;
+  let registry: Registry | undefined;
   try {
+    if (o.registry) {
+      ca = await privateCa();
+      registry = await startRegistry({ binary: path.join(nodeAssets(), 'bin/registry'), ca });
+    }
     const client = new KubeClient(loadKubeConfig(plane.kubeconfigPath));
     const runner = new LocalRunner({
       client,
@@ -66,12 +78,17 @@ export async function startDevGround(
     return {
       plane,
       runner,
+      registry,
       stop: async () => {
         await runner.stop(3000);
+        await registry?.stop();
+        ca?.cleanup();
         await plane.stop();
       },
     };
   } catch (err) {
+    await registry?.stop();
+    ca?.cleanup();
     await plane.stop();
     throw err;
   }

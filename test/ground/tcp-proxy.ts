@@ -13,7 +13,11 @@ export interface TcpProxy {
   close(): Promise<void>;
 }
 
-export async function startTcpProxy(targetHost: string, targetPort: number): Promise<TcpProxy> {
+export async function startTcpProxy(
+  targetHost: string,
+  targetPort: number,
+  listenHost = '127.0.0.1',
+): Promise<TcpProxy> {
   let up = true;
   let hung = false;
   const sockets = new Set<net.Socket>();
@@ -45,7 +49,7 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
     upstream.on('error', drop).on('close', drop);
     client.pipe(upstream).pipe(client);
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  await new Promise<void>((r) => server.listen(0, listenHost, r));
   const cut = () => {
     up = false;
     for (const s of [...sockets, ...held]) s.resetAndDestroy();

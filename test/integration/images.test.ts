@@ -1,8 +1,9 @@
-// The Dockerfile is not built here (no Docker engine), so this checks what
-// can be checked: every file it COPYs exists, its targets are multi-stage, non-root
-// and on Node LTS, and their entrypoints — compiled exactly as the image
-// compiles them — run with node: the operator against the real kube-apiserver,
-// the example worker on real RabbitMQ and PostgreSQL.
+// The fast checks of the Dockerfile, without building it (the images themselves
+// are built by `make images` and run under a real kubelet in test/e2e-node/):
+// every file it COPYs exists, its targets are multi-stage, non-root and on
+// Node LTS, and their entrypoints — compiled exactly as the image compiles
+// them — run with node: the operator against the real kube-apiserver, the
+// example worker on real RabbitMQ and PostgreSQL.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
@@ -15,14 +16,22 @@ import { QUEUE, harness } from './worker-harness.js';
 
 const run = promisify(execFile);
 const OUT = path.join(repoRoot, '.cache/build-images');
-/** The Dockerfile's stages: name, base, and their instructions (comments dropped). */
+/** The Dockerfile's stages: name, base (build arguments at their defaults), and their instructions (comments dropped). */
 function stages(): Array<{ name: string; from: string; lines: string[] }> {
   const out: Array<{ name: string; from: string; lines: string[] }> = [];
+  const args: Record<string, string> = {};
   for (const l of readFileSync(path.join(repoRoot, 'Dockerfile'), 'utf8').split('\n')) {
     const line = l.trim();
     if (!line || line.startsWith('#')) continue;
+    const arg = /^ARG (\w+)=(\S+)$/.exec(line);
     const from = /^FROM (\S+) AS (\S+)$/.exec(line);
-    if (from) out.push({ from: from[1]!, name: from[2]!, lines: [] });
+    if (arg && !out.length) args[arg[1]!] = arg[2]!;
+    else if (from)
+      out.push({
+        from: from[1]!.replace(/\$\{(\w+)\}/g, (_, a: string) => args[a] ?? ''),
+        name: from[2]!,
+        lines: [],
+      });
     else out.at(-1)?.lines.push(line);
   }
   return out;
