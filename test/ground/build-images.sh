@@ -66,13 +66,13 @@ for target in operator example-worker; do
     --build-arg "BASE_IMAGE=$BASE_IMAGE" \
     --secret "id=npmrc,src=$secrets/npmrc" --secret "id=npm-ca,src=$secrets/npm-ca.pem" \
     -t "$ref" -f "$root/Dockerfile" "$root" >&2
-  size=$(bah images --format '{{.Size}}' "$ref" | head -n 1)
+  size=$(bah images --format '{{.Size}}' "$ref" | sed -n 1p)
   if [ "${PUSH:-}" = 1 ]; then
     push=(push --digestfile "$secrets/digest")
     [ -n "${REGISTRY_CERT_DIR:-}" ] && push+=(--cert-dir "$REGISTRY_CERT_DIR")
     bah "${push[@]}" "$ref" "docker://$ref" >&2
     echo "$ref pushed: digest $(cat "$secrets/digest"), size $size"
   else
-    echo "$ref built: digest $(bah images --format '{{.Digest}}' "$ref" | head -n 1), size $size"
+    echo "$ref built: digest $(bah images --format '{{.Digest}}' "$ref" | sed -n 1p), size $size"
   fi
 done

@@ -1,34 +1,19 @@
 // The README's tour, run as written, in order, on the dev ground (a real
 // control plane whose one node runs every pod as a local process: the
 // chart's operator and the example worker, from the image names `make
-// images` prints). The only edit is the one the tour asks for: the three
-// URLs in examples/secrets.yaml, set to this machine's services.
-import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+// images` prints; the images themselves are built and pushed to the ground's
+// registry, and run under a real kubelet in test/e2e-node/tour.test.ts). The
+// only edit is the one the tour asks for: the three URLs in
+// examples/secrets.yaml, set to this machine's services.
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assetsDir, repoRoot } from '../ground/control-plane.js';
+import { repoRoot } from '../ground/control-plane.js';
 import { startDevGround, type DevGround } from '../ground/dev-ground.js';
 import { createSchema } from '../ground/postgres.js';
 import { createVhost } from '../ground/rabbit.js';
 import { findServices } from '../ground/services.js';
-
-/** A shell block's commands: continuation lines joined, comments dropped. */
-function commandsOf(block: string): string[] {
-  return block
-    .replace(/\\\n\s*/g, '')
-    .split('\n')
-    .map((l) => l.replace(/\s+#.*$/, '').trim())
-    .filter(Boolean);
-}
-
-/** The shell commands of the README's tour block. */
-function tourCommands(): string[] {
-  const readme = readFileSync(path.join(repoRoot, 'README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('## A five-minute tour'));
-  return commandsOf(/```sh\n([\s\S]*?)```/.exec(section)![1]!);
-}
+import { commandsOf, imagesPrinted, sh, tourCommands, tourShell } from '../fixtures/tour.js';
 
 /**
  * The how-to pages in the order docs/README.md lists them, then the upgrade
@@ -55,20 +40,8 @@ afterAll(async () => {
   await ground?.stop();
 });
 beforeAll(async () => {
-  ground = await startDevGround();
-}, 120_000);
-
-function sh(command: string, env: NodeJS.ProcessEnv) {
-  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
-    execFile(
-      'bash',
-      ['-c', command],
-      { cwd: repoRoot, env, timeout: 240_000 },
-      (err, stdout, stderr) =>
-        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    ),
-  );
-}
+  ground = await startDevGround({ registry: true });
+}, 300_000);
 
 describe("the README's tour", () => {
   it('runs as written on the dev ground and reaches Available with age scaling active', async () => {
@@ -79,32 +52,23 @@ describe("the README's tour", () => {
     cleanups.push(() => db.cleanup());
 
     // The tour's one edit: examples/secrets.yaml with this machine's URLs.
-    const work = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-tour-'));
-    const urls = [rabbit.amqpUrl, rabbit.mgmtUrl, db.url];
-    let i = 0;
-    const secrets = readFileSync(path.join(repoRoot, 'examples/secrets.yaml'), 'utf8').replace(
-      /^(\s+url: ).*$/gm,
-      (_, prefix: string) => `${prefix}${urls[i++]}`,
-    );
-    expect(i).toBe(3);
-    writeFileSync(path.join(work, 'secrets.yaml'), secrets);
-    // The tour installs the plugin into ~/.local/bin: a HOME of its own, with that on PATH.
-    const env = {
-      ...process.env,
-      HOME: work,
-      KUBECONFIG: ground.plane.kubeconfigPath,
-      PATH: `${assetsDir()}:${path.join(work, '.local/bin')}:${path.dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`,
-    };
-
+    const tour = tourShell({
+      kubeconfig: ground.plane.kubeconfigPath,
+      registry: ground.registry!,
+      urls: { rabbitmq: rabbit.amqpUrl, rabbitmqManagement: rabbit.mgmtUrl, claimsDb: db.url },
+    });
+    const env = tour.env;
     tourEnv = env;
     const commands = tourCommands();
     expect(commands[0]).toMatch(/^make images /);
     for (const written of commands) {
-      const command = written.replace('examples/secrets.yaml', path.join(work, 'secrets.yaml'));
-      const r = await sh(command, env);
+      const r = await tour.run(written);
       expect(r.code, `${written}\n${r.stdout}\n${r.stderr}`).toBe(0);
       if (written.startsWith('make images'))
-        expect(r.stdout).toContain('localhost:5000/jobfleet-operator:dev');
+        expect(imagesPrinted(r.stdout).map((i) => i.ref)).toEqual([
+          'localhost:5000/jobfleet-operator:dev',
+          'localhost:5000/jobfleet-example-worker:dev',
+        ]);
       if (written.startsWith('kubectl wait')) {
         const jw = JSON.parse(
           (await sh('kubectl get jw order-shipper -n shipping -o json', env)).stdout,
@@ -123,7 +87,7 @@ describe("the README's tour", () => {
     expect(
       ground.runner.events.some((e) => e.pod.startsWith('jobfleet-') && e.kind === 'ready'),
     ).toBe(true);
-  }, 300_000);
+  }, 900_000);
 
   it('then the runnable blocks of the how-to guides (in the order docs/README.md lists them), the upgrade and the uninstall, as written', async () => {
     expect(tourEnv, 'the tour ran first').toBeDefined();
