@@ -154,6 +154,7 @@ describe('on a real node', () => {
     expect(workers.length).toBeGreaterThanOrEqual(1);
     for (const p of workers.filter(isReady)) {
       const s = p.status.containerStatuses!.find((c) => c.name === 'worker')!;
+      console.log(`pod ${p.metadata.name}: ${s.containerID} from ${s.imageID}`);
       expect(s.containerID).toMatch(/^containerd:\/\/[0-9a-f]{64}$/);
       expect(s.imageID).toBe(
         `localhost:5000/jobfleet-example-worker@${pushed.get('jobfleet-example-worker')}`,
@@ -169,6 +170,7 @@ describe('on a real node', () => {
       expect(isReady(p), p.metadata.name).toBe(true);
       const s = p.status.containerStatuses!.find((c) => c.name === 'operator')!;
       expect(s.imageID).toBe(`localhost:5000/jobfleet-operator@${pushed.get('jobfleet-operator')}`);
+      console.log(`pod ${p.metadata.name}: ${s.containerID} from ${s.imageID}`);
       const id = s.containerID!.replace('containerd://', '');
       // What runc was told (the OCI spec containerd wrote from the pod) …
       const spec = JSON.parse(await ground.ctr('containers', 'info', id)).Spec as {

@@ -32,6 +32,9 @@ complete() { for b in "${bins[@]}" pause.tar; do [ -e "$out/$b" ] || return 1; d
 if [ "${1:-}" != "--force" ] && complete; then echo "$out"; exit 0; fi
 log() { echo "[real-node] $*" >&2; }
 start=$(date +%s)
+lap=$start
+# each part's own time, for the cold build's figures
+took() { local now; now=$(date +%s); log "$1 built in $(( now - lap ))s"; lap=$now; }
 
 # Debian packages the build and the node need (a fresh machine lacks them).
 need=()
@@ -48,8 +51,10 @@ if [ ${#need[@]} -gt 0 ]; then
   install || { apt-get update >/dev/null && install; }
 fi
 
-kube_cp=$(bash "$here/build-control-plane.sh")
+# the control plane first: its wrapper module is where kubelet and kube-proxy come from
+bash "$here/build-control-plane.sh" >/dev/null
 mkdir -p "$out/bin" "$out/cni"
+lap=$(date +%s)
 
 # --- kubelet, kube-proxy: the control plane's wrapper module ----------------
 minor=${KUBE_VERSION#*.}; minor=${minor%%.*}
@@ -77,6 +82,8 @@ for cmd in kubelet kube-proxy; do
   (cd "$kube" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
 done
 
+took "kubelet and kube-proxy"
+
 # pause: the sandbox's init, from the same Kubernetes module (nothing can be pulled here)
 pause_c=$(cd "$kube" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
 log "building pause from $pause_c"
@@ -91,6 +98,7 @@ bah config --entrypoint '["/pause"]' --user 65535:65535 "$c"
 bah commit --rm "$c" "$pause_ref" >/dev/null
 rm -f "$out/pause.tar"
 bah push "$pause_ref" "docker-archive:$out/pause.tar:$pause_ref" >/dev/null 2>&1
+took "the pause image"
 
 # --- containerd and runc ----------------------------------------------------
 log "building containerd v$CONTAINERD_VERSION"
@@ -102,6 +110,7 @@ done
 log "building runc v$RUNC_VERSION (cgo, seccomp)"
 CGO_ENABLED=1 GOBIN="$out/bin" go install -trimpath -tags "seccomp urfave_cli_no_docs" \
   -ldflags "-X main.version=$RUNC_VERSION" "github.com/opencontainers/runc@v$RUNC_VERSION"
+took "containerd and runc"
 
 # --- CNI plugins, the registry ----------------------------------------------
 log "building CNI plugins v$CNI_PLUGINS_VERSION"
@@ -109,9 +118,11 @@ for p in main/bridge main/loopback ipam/host-local; do
   CGO_ENABLED=0 GOBIN="$out/cni" go install -trimpath \
     "github.com/containernetworking/plugins/plugins/$p@v$CNI_PLUGINS_VERSION"
 done
+took "the CNI plugins"
 log "building the distribution registry v$REGISTRY_VERSION"
 CGO_ENABLED=0 GOBIN="$out/bin" go install -trimpath \
   "github.com/distribution/distribution/v3/cmd/registry@v$REGISTRY_VERSION"
+took "the registry"
 
 complete || { echo "build-node.sh: missing after the build: $(for b in "${bins[@]}"; do [ -x "$out/$b" ] || printf '%s ' "$b"; done)" >&2; exit 1; }
 log "done in $(( $(date +%s) - start ))s"

@@ -1,5 +1,9 @@
 // The local runner: a development stand-in for the kubelet, used by `make
-// demo` and by end-to-end tests — never by production. It registers a Node
+// demo`, `make dev` and the integration suites that run pods — never by
+// production. What only a real kubelet can show (image pulls, runc and the
+// securityContext, cgroup limits, probes, SIGTERM with the grace period) is
+// tested on the real node instead: test/ground/real-node.ts, the e2e-node
+// suites in test/e2e-node/ (docs/real-node.md). It registers a Node
 // (renewing its Lease so the node controller keeps it Ready) and, for every
 // pod the scheduler binds to it, runs a real worker process on this machine:
 // the pod's env (Secret references resolved), the command that `command(pod)`
