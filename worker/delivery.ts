@@ -42,9 +42,6 @@ export interface HandlerContext {
 
 export type Handler = (job: Job, ctx: HandlerContext) => Promise<unknown>;
 
-/** Named points where a test may kill the process (fault matrix); no-ops otherwise. */
-export type FaultPoint = 'after-claim' | 'after-handler' | 'after-record' | 'before-ack';
-
 export interface DeliveryDeps {
   queue: string;
   deadLetterQueue: string;
@@ -93,7 +90,6 @@ export interface DeliveryDeps {
   log: Logger;
   now: () => number;
   random: () => number;
-  fault: (point: FaultPoint) => void;
 }
 
 export type DeliveryResult =
@@ -296,7 +292,6 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps, holds: number): Promis
     case 'dead_lettered':
       // The same operation already reached its end: one business effect.
       d.metrics.jobs.inc({ type: env.type, outcome: 'duplicate' });
-      d.fault('before-ack');
       d.ack(msg, journal(msg, env, 'duplicate', claim.attempts, d));
       return 'duplicate';
     case 'held':
@@ -308,7 +303,6 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps, holds: number): Promis
 
   const { owner } = claim;
   d.claimed?.(msg, env.key, owner);
-  d.fault('after-claim');
   if (claim.attempts > d.maxAttempts) {
     // Runs that crashed the process count too: a poison message cannot loop forever.
     return deadLetter(msg, d, {
@@ -395,13 +389,11 @@ async function run(
       }
       ctx.tx = tx;
       result = await withDeadline(handler(job, ctx), abort, d);
-      d.fault('after-handler');
       recorded = await d.store.complete(env.key, owner, result, tx);
       if (recorded) await tx.query('commit');
       else await tx.query('rollback');
     } else {
       result = await withDeadline(handler(job, ctx), abort, d);
-      d.fault('after-handler');
       recorded = await recordCompletion(d, env.key, owner, result);
     }
     d.metrics.handlerDuration.observe({ type: env.type }, (d.now() - started) / 1000);
@@ -409,9 +401,7 @@ async function run(
       // Our lease was taken over: the new owner's record stands. Ask again later.
       return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
     }
-    d.fault('after-record');
     d.metrics.jobs.inc({ type: env.type, outcome: 'completed' });
-    d.fault('before-ack');
     d.ack(msg, journal(msg, env, 'completed', attempt, d));
     return 'completed';
   } catch (err) {
@@ -570,7 +560,6 @@ async function failed(
     [HEADERS.attempt]: spent,
     [HEADERS.lastError]: message,
   });
-  d.fault('before-ack');
   d.ack(msg, journal(msg, env, 'retried', spent, d));
   return 'retried';
 }
@@ -745,7 +734,6 @@ async function deadLetter(
   d.metrics.deadLetters.inc({ type, failure_class: x.failureClass });
   d.metrics.jobs.inc({ type, outcome: 'dead_lettered' });
   d.log.warn({ type, jobId: env.id, failureClass: x.failureClass, reason }, 'dead-lettered');
-  d.fault('before-ack');
   d.ack(msg, {
     deliveryId,
     jobId: env.id ?? null,

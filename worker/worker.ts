@@ -16,7 +16,6 @@ import {
   handleOverLimit,
   type DeliveryDeps,
   type DeliveryResult,
-  type FaultPoint,
   type Handler,
 } from './delivery.js';
 import { compactReason } from './envelope.js';
@@ -580,7 +579,6 @@ class QueueWorker implements Worker {
       log: this.log,
       now: this.now,
       random: this.random,
-      fault: faultHook,
       leases: this.leases,
     };
   }
@@ -774,12 +772,3 @@ function withHeartbeat(url: string): string {
   if (!u.searchParams.has('heartbeat')) u.searchParams.set('heartbeat', '15');
   return u.toString();
 }
-
-/**
- * Fault injection for the fault-matrix tests: JOBFLEET_FAULT=<point> kills the
- * process with SIGKILL when it reaches that point. Never set in production.
- */
-function faultHook(point: FaultPoint): void {
-  if (FAULT === point) process.kill(process.pid, 'SIGKILL');
-}
-const FAULT = process.env.JOBFLEET_FAULT;

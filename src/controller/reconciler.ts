@@ -5,7 +5,7 @@
 // written. Level-triggered and idempotent: everything is read again each
 // time, and a steady state makes no writes at all.
 import type { Logger } from 'pino';
-import { API_VERSION, KIND, LIMITED_BY, type JobWorkerStatus } from '../api/jobworker.js';
+import { API_VERSION, KIND, LIMITED_BY } from '../api/jobworker.js';
 import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder, type EventTarget } from '../kube/events.js';
 import type { OperatorMetrics } from '../metrics.js';
@@ -143,7 +143,6 @@ export class JobWorkerReconciler {
     if (s.status) {
       await this.write(s.status.object, 'status');
       memory.status = s.status.remember;
-      faultAfterRolloutStep((s.status.object.status as JobWorkerStatus).rollout?.phase);
     }
     if (s.scaleDownHeld && made >= s.scaleDownHeld.after)
       this.d.metrics.scaleDownHeld.inc({ namespace, jobworker: name }, s.scaleDownHeld.count);
@@ -268,14 +267,4 @@ export class JobWorkerReconciler {
       g.remove(labels);
     for (const reason of LIMITED_BY) m.limitedBy.remove({ ...labels, reason });
   }
-}
-
-/**
- * Fault injection for the restart test: JOBFLEET_FAULT=after-rollout-step:<step>
- * SIGKILLs the operator right after it records that rollback step, so the
- * next operator must resume from status alone. Never set in production.
- */
-function faultAfterRolloutStep(step: string | undefined): void {
-  if (step && process.env.JOBFLEET_FAULT === `after-rollout-step:${step}`)
-    process.kill(process.pid, 'SIGKILL');
 }

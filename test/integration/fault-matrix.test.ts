@@ -51,12 +51,36 @@ const queueEmpty = () =>
   );
 
 describe('fault matrix', () => {
+  /** A proxy to `url`'s host (a real network path this test can hang), and the URL through it. */
+  async function through(url: string): Promise<{ proxy: TcpProxy; url: string }> {
+    const u = new URL(url);
+    const proxy = await startTcpProxy(u.hostname, Number(u.port));
+    proxies.push(proxy);
+    return { proxy, url: viaProxy(url, proxy) };
+  }
+  const claimState = (key: string, state: string) =>
+    eventually(
+      `the claim ${state}`,
+      async () => ((await h.claim(key))?.state === state ? true : undefined),
+      30_000,
+      10,
+    );
+
+  // The faults come from outside the worker, as a failing node's would: its broker or
+  // effect store stops answering at a point the claims table shows, then SIGKILL.
   it('1. killed after the side effect, before the ack: redelivery, one effect, one duplicate suppressed', async () => {
-    const doomed = await worker({ JOBFLEET_FAULT: 'after-record' });
-    const { key } = await h.job('f1');
+    const broker = await through(h.rabbit.amqpUrl);
+    const doomed = await worker({ JOBFLEET_BROKER_URL: broker.url });
+    const { key } = await h.job('f1', { payload: { orderId: 'f1', ms: 300 } });
+    await claimState(key, 'running');
+    broker.proxy.hang(); // the ack cannot reach the broker now
+    await claimState(key, 'completed');
+    doomed.proc.kill('SIGKILL');
     expect((await doomed.exited).signal).toBe('SIGKILL');
-    expect(await h.claim(key)).toMatchObject({ state: 'completed' });
-    expect(await h.messages(QUEUE)).toBe(1); // unacked: back in the queue
+    broker.proxy.cut(); // its connections die with it, as a dead process's do
+    await eventually('unacked: back in the queue', async () =>
+      (await h.messages(QUEUE)) === 1 ? true : undefined,
+    );
     const next = await worker();
     await eventually('the duplicate', async () =>
       (await next.metric('jobfleet_jobs_total', { outcome: 'duplicate' })) === 1 ? true : undefined,
@@ -67,10 +91,15 @@ describe('fault matrix', () => {
   });
 
   it('2. killed after claiming, before the side effect: the lease expires, another worker recovers and completes once', async () => {
-    const doomed = await worker({ JOBFLEET_FAULT: 'after-claim' });
+    const effectStore = await through(h.db.url);
+    effectStore.proxy.hang(); // the handler's first write never arrives
+    const doomed = await worker({ JOBFLEET_TEST_EFFECTS_URL: effectStore.url });
     const { key } = await h.job('f2');
+    await claimState(key, 'running');
+    doomed.proc.kill('SIGKILL');
     expect((await doomed.exited).signal).toBe('SIGKILL');
     expect(await h.claim(key)).toMatchObject({ state: 'running', attempts: 1 });
+    expect(await effects(key)).toBe(0);
     await worker();
     await eventually(
       'completed',

@@ -286,9 +286,42 @@ describe('group commit in a worker', () => {
     const keys = await Promise.all(
       Array.from({ length: 12 }, (_, i) => h.job(`b-${i}`).then((j) => j.key)),
     );
-    const doomed = await spawnEffectWorker({ ...env, JOBFLEET_FAULT: 'after-record' });
+    // The worker's broker goes through a proxy this test hangs once the burst is being
+    // handled, so no ack of the batch reaches the broker; then SIGKILL, from outside.
+    const u = new URL(h.rabbit.amqpUrl);
+    const broker = await startTcpProxy(u.hostname, Number(u.port));
+    const doomed = await spawnEffectWorker({
+      ...env,
+      JOBFLEET_BROKER_URL: viaProxy(h.rabbit.amqpUrl, broker),
+      JOBFLEET_TEST_HANDLER_MS: '300',
+    });
     procs.push(doomed);
-    expect((await doomed.exited).signal).toBe('SIGKILL');
+    const count = async (state: string) =>
+      (
+        await pool.query<{ n: number }>(
+          'select count(*)::int as n from jobfleet_claims where state = $1',
+          [state],
+        )
+      ).rows[0]!.n;
+    try {
+      await eventually(
+        'the burst handled',
+        async () => ((await count('running')) ? true : undefined),
+        30_000,
+        10,
+      );
+      broker.hang();
+      await eventually(
+        'a batch recorded',
+        async () => ((await count('completed')) ? true : undefined),
+        30_000,
+        10,
+      );
+      doomed.proc.kill('SIGKILL');
+      expect((await doomed.exited).signal).toBe('SIGKILL');
+    } finally {
+      await broker.close();
+    }
     const recorded = await pool.query<{ key: string }>(
       `select key from jobfleet_claims where state = 'completed'`,
     );

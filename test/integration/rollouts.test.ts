@@ -378,13 +378,9 @@ describe('kubectl jobworker', () => {
 });
 
 describe('an operator killed mid-rollback', () => {
-  /** `src/main.ts` in its own process; `fault` makes it SIGKILL itself right after recording that step. */
-  async function operatorProcess(fault?: string): Promise<ChildProcess> {
-    const { proc } = await spawnOperator(
-      ns,
-      `op-${procs.length}`,
-      fault ? { JOBFLEET_FAULT: `after-rollout-step:${fault}` } : {},
-    );
+  /** `src/main.ts` in its own process, as a Deployment's pod runs it. */
+  async function operatorProcess(): Promise<ChildProcess> {
+    const { proc } = await spawnOperator(ns, `op-${procs.length}`);
     procs.push(proc);
     return proc;
   }
@@ -394,9 +390,34 @@ describe('an operator killed mid-rollback', () => {
         ? r(p.signalCode)
         : p.once('exit', (_c, sig) => r(sig)),
     );
+  /**
+   * SIGKILLs `proc` from outside the moment the JobWorker's status records rollback step
+   * `step` (a watch on it, so the operator has no time for another reconcile), as a node
+   * failing under it would: the next operator must resume from the status alone.
+   */
+  function killAtStep(proc: ChildProcess, step: string): Promise<void> {
+    const stop = new AbortController();
+    return new Promise<void>((resolve, reject) => {
+      client
+        .watch(
+          `/apis/jobfleet.dev/v1alpha1/namespaces/${ns.namespace}/jobworkers`,
+          { fieldSelector: `metadata.name=${NAME}` },
+          (_type, obj) => {
+            const phase = (obj as { status?: { rollout?: { phase?: string } } }).status?.rollout
+              ?.phase;
+            if (phase !== step) return;
+            proc.kill('SIGKILL');
+            stop.abort();
+            resolve();
+          },
+          stop.signal,
+        )
+        .catch((err: Error) => (stop.signal.aborted ? undefined : reject(err)));
+    });
+  }
 
   it('resumes at each step — draining, restoring, verifying — and completes', async () => {
-    let proc = await operatorProcess('Draining');
+    let proc = await operatorProcess();
     await apply(spec());
     await rolledOut('1');
     await apply(spec({ image: 'registry.example.com/shipping/worker:2' }));
@@ -406,6 +427,7 @@ describe('an operator killed mid-rollback', () => {
     await eventually('the long job running', async () =>
       (await h.effects()) === 1 ? true : undefined,
     );
+    let killer = killAtStep(proc, 'Draining');
     await apply(spec());
     const killedIn: string[] = [];
     for (const [step, next] of [
@@ -413,11 +435,13 @@ describe('an operator killed mid-rollback', () => {
       ['Restoring', 'Verifying'],
       ['Verifying', undefined],
     ] as const) {
-      // The operator records the step, then dies; the step is what the next one finds.
+      // The operator records the step and is killed; the step is what the next one finds.
+      await killer;
       expect(await exited(proc)).toBe('SIGKILL');
       expect((await getJw()).status?.rollout?.phase).toBe(step);
       killedIn.push(step);
-      proc = await operatorProcess(next);
+      proc = await operatorProcess();
+      if (next) killer = killAtStep(proc, next);
     }
     const done = await eventually(
       'RollbackComplete after the restarts',
