@@ -13,6 +13,7 @@ import { DLQ_HELP, JOBFLEET_USAGE, KUBECTL_JOBWORKER_USAGE, VERIFY_HELP } from '
 import {
   CONDITIONS,
   CONTAINER_REASONS,
+  TERMINATED_REASONS,
   EVENTS,
   WORKER_EXITS,
   type ConditionDoc,
@@ -195,7 +196,7 @@ function conditionsPage(): string {
       'the worker (its /readyz or last log line)',
       'the worker says, with the fix',
     ]),
-    ...Object.entries(CONTAINER_REASONS).map(([r, w]) => [
+    ...Object.entries({ ...CONTAINER_REASONS, ...TERMINATED_REASONS }).map(([r, w]) => [
       `\`${r}\``,
       'the kubelet',
       `${w.message}: ${w.fix}`,

@@ -14,29 +14,40 @@ export const PROBLEM_REASONS = {
 } as const;
 export type ProblemReason = keyof typeof PROBLEM_REASONS;
 
+/** Where each kubelet reason is explained at length (docs/runbook.md), named in the condition's fix. */
+const RUNBOOK = 'docs/runbook.md#';
+const PULL_FIX = `check spec.image and the pull secret (spec.template.spec.imagePullSecrets): ${RUNBOOK}the-worker-image-cannot-be-pulled-imagepullbackoff-errimagepull`;
+
 /** Waiting reasons of a worker container that never starts (the kubelet's own words), and what to do. */
 export const CONTAINER_REASONS = {
-  ImagePullBackOff: {
-    message: 'the worker image cannot be pulled',
-    fix: 'check spec.image and the pull secret (spec.template.spec.imagePullSecrets)',
+  ImagePullBackOff: { message: 'the worker image cannot be pulled', fix: PULL_FIX },
+  ErrImagePull: { message: 'the worker image cannot be pulled', fix: PULL_FIX },
+  InvalidImageName: {
+    message: 'spec.image is not a valid image name',
+    fix: `fix spec.image: ${RUNBOOK}the-image-name-is-invalid-invalidimagename`,
   },
-  ErrImagePull: {
-    message: 'the worker image cannot be pulled',
-    fix: 'check spec.image and the pull secret (spec.template.spec.imagePullSecrets)',
-  },
-  InvalidImageName: { message: 'spec.image is not a valid image name', fix: 'fix spec.image' },
   CreateContainerConfigError: {
     message: 'the container cannot be configured (a Secret or key it names is missing)',
-    fix: '`kubectl describe pod` names it; create it or fix the reference',
+    fix: `\`kubectl describe pod\` names it; create it or fix the reference: ${RUNBOOK}the-container-cannot-be-configured-createcontainerconfigerror`,
   },
 } as const;
 export type ContainerReason = keyof typeof CONTAINER_REASONS;
+
+/** Why the kubelet last stopped a worker container it had started (its last termination), and what to do. */
+export const TERMINATED_REASONS = {
+  OOMKilled: {
+    message: 'the worker container outgrew its memory limit and the kernel killed it',
+    fix: `raise the worker container's memory limit (spec.template.spec.containers[name=worker].resources.limits.memory) or lower spec.broker.prefetch: ${RUNBOOK}killed-for-memory-oomkilled`,
+  },
+} as const;
+export type TerminatedReason = keyof typeof TERMINATED_REASONS;
 
 /**
  * Why a worker pod is not ready: its own reason (from /readyz or its last
  * log line, worker/readiness.ts), the kubelet's, or that it exits silently.
  */
-export type WorkerReason = (typeof NOT_READY_REASONS)[number] | ContainerReason | 'WorkerExits';
+export type WorkerReason =
+  (typeof NOT_READY_REASONS)[number] | ContainerReason | TerminatedReason | 'WorkerExits';
 export const WORKER_EXITS =
   'The worker container exits without saying why: `kubectl logs POD --previous`.';
 

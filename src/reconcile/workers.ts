@@ -20,21 +20,34 @@ export interface WorkerReport {
   fix?: string;
 }
 
-/** The Deployment has stayed short of ready replicas for WORKERS_CHECK_AFTER_MS. */
+/**
+ * The Deployment has stayed short of ready replicas for WORKERS_CHECK_AFTER_MS, or a rollout
+ * has made no progress for as long with pods unavailable (a new revision's pods that cannot
+ * pull their image while the old ones still serve).
+ */
 export function workersNeedChecking(deployment: KubeObject | undefined, now: Date): boolean {
   const st = deployment?.status as
     | {
         replicas?: number;
         readyReplicas?: number;
-        conditions?: Array<{ type: string; status: string; lastTransitionTime?: string }>;
+        unavailableReplicas?: number;
+        conditions?: Array<{
+          type: string;
+          status: string;
+          lastTransitionTime?: string;
+          lastUpdateTime?: string;
+        }>;
       }
     | undefined;
   const want = (deployment?.spec as { replicas?: number } | undefined)?.replicas ?? 0;
-  if (!st || want === 0 || (st.readyReplicas ?? 0) >= want) return false;
+  if (!st || want === 0) return false;
+  const lasted = (since: string | undefined) =>
+    now.getTime() - Date.parse(since ?? '') >= WORKERS_CHECK_AFTER_MS;
   const available = st.conditions?.find((c) => c.type === 'Available');
-  const since =
-    available?.status === 'False' ? Date.parse(available.lastTransitionTime ?? '') : NaN;
-  return Number.isFinite(since) && now.getTime() - since >= WORKERS_CHECK_AFTER_MS;
+  if ((st.readyReplicas ?? 0) < want && available?.status === 'False')
+    return lasted(available.lastTransitionTime);
+  const progressing = st.conditions?.find((c) => c.type === 'Progressing');
+  return (st.unavailableReplicas ?? 0) > 0 && lasted(progressing?.lastUpdateTime);
 }
 
 const KNOWN: ReadonlySet<string> = new Set(NOT_READY_REASONS);
@@ -84,14 +97,15 @@ export function workersReadyCondition(
       reason: 'Starting',
       message: `0 of ${applied} workers are ready; their Deployment does not exist yet.`,
     };
-  if (d.readyReplicas >= d.replicas)
+  // A fault speaks even while enough replicas are ready: a new revision's pods stuck on it.
+  const faults = (reports ?? []).filter((r) => !PASSING.has(r.reason));
+  if (d.readyReplicas >= d.replicas && !faults.length)
     return {
       type,
       status: 'True',
       reason: 'AllReady',
       message: `${d.readyReplicas} of ${d.replicas} workers are ready.`,
     };
-  const faults = (reports ?? []).filter((r) => !PASSING.has(r.reason));
   if (!faults.length)
     return {
       type,

@@ -6,7 +6,11 @@
 import type { KubeObject } from '../kube/client.js';
 import { METRICS_PORT } from '../reconcile/desired.js';
 import { PASSING } from '../../worker/readiness.js';
-import { CONTAINER_REASONS, type ContainerReason } from '../reconcile/reasons.js';
+import {
+  CONTAINER_REASONS,
+  TERMINATED_REASONS,
+  type ContainerReason,
+} from '../reconcile/reasons.js';
 import { parseWorkerWords, type WorkerReport } from '../reconcile/workers.js';
 
 const ASK_AT_MOST = 5;
@@ -16,7 +20,12 @@ const TIMEOUT_MS = 1000;
 /** What the operator reads of a worker pod; its pod cache keeps only this (slimPod). */
 export interface PodShape {
   spec?: {
-    containers?: Array<{ name?: string; ports?: Array<{ name?: string; containerPort?: number }> }>;
+    containers?: Array<{
+      name?: string;
+      image?: string;
+      ports?: Array<{ name?: string; containerPort?: number }>;
+      resources?: { limits?: { memory?: string } };
+    }>;
   };
   status?: {
     podIP?: string;
@@ -24,8 +33,8 @@ export interface PodShape {
     containerStatuses?: Array<{
       name?: string;
       restartCount?: number;
-      state?: { waiting?: { reason?: string } };
-      lastState?: { terminated?: { exitCode?: number; message?: string } };
+      state?: { waiting?: { reason?: string; message?: string } };
+      lastState?: { terminated?: { exitCode?: number; reason?: string; message?: string } };
     }>;
   };
 }
@@ -59,7 +68,14 @@ export function slimPod(pod: KubeObject): KubeObject {
       ...(m.annotations && { annotations: m.annotations }),
     },
     spec: {
-      containers: (p.spec?.containers ?? []).map((c) => ({ name: c.name, ports: c.ports })),
+      containers: (p.spec?.containers ?? []).map((c) => ({
+        name: c.name,
+        image: c.image,
+        ports: c.ports,
+        ...(c.resources?.limits?.memory && {
+          resources: { limits: { memory: c.resources.limits.memory } },
+        }),
+      })),
     },
     status: {
       podIP: p.status?.podIP,
@@ -94,22 +110,39 @@ export function workerUrl(pod: PodShape, path: string): string | undefined {
   return `http://${ip.includes(':') ? `[${ip}]` : ip}:${port}${path}`;
 }
 
+/** The kubelet's own words, bounded: they name the image and the registry's answer, never a credential. */
+const kubeletWords = (m: string | undefined) => (m ? ` (the kubelet: ${m.slice(0, 240)})` : '');
+
 async function reportOf(pod: KubeObject & PodShape): Promise<WorkerReport> {
   const name = pod.metadata.name;
   const worker = pod.status?.containerStatuses?.find((c) => c.name === 'worker');
+  const spec = pod.spec?.containers?.find((c) => c.name === 'worker');
   // A worker that exited saying why, and is starting again, still has that fault until it is ready.
   const last = worker?.lastState?.terminated;
   const lastWords = last ? parseWorkerWords(last.message ?? '') : undefined;
   // The kubelet cannot start the container at all: the image or its config.
-  const waiting = worker?.state?.waiting?.reason;
-  if (waiting && Object.hasOwn(CONTAINER_REASONS, waiting))
+  const waiting = worker?.state?.waiting;
+  if (waiting?.reason && Object.hasOwn(CONTAINER_REASONS, waiting.reason)) {
+    const r = CONTAINER_REASONS[waiting.reason as ContainerReason];
     return {
       pod: name,
-      reason: waiting as ContainerReason,
-      ...CONTAINER_REASONS[waiting as ContainerReason],
+      reason: waiting.reason as ContainerReason,
+      message: `${r.message}: ${spec?.image ?? 'spec.image'}${kubeletWords(waiting.message)}`,
+      fix: r.fix,
     };
+  }
+  // The kernel killed it for memory: its words, if any, are not why.
+  if (last?.reason === 'OOMKilled') {
+    const limit = spec?.resources?.limits?.memory;
+    return {
+      pod: name,
+      reason: 'OOMKilled',
+      message: `${TERMINATED_REASONS.OOMKilled.message} (limit ${limit ?? 'none set: the node ran out'}; ${worker?.restartCount ?? 0} restarts)`,
+      fix: TERMINATED_REASONS.OOMKilled.fix,
+    };
+  }
   const url = workerUrl(pod, '/readyz');
-  if (url && !worker?.state?.waiting) {
+  if (url && !waiting) {
     const body = await fetch(url, {
       signal: AbortSignal.timeout(TIMEOUT_MS),
     }).then(
