@@ -17,6 +17,8 @@ export interface DeploymentObservation {
   generation: number;
   observedGeneration: number;
   replicas: number;
+  /** every pod it has, of any revision (status.replicas): more than `replicas` mid-rollout */
+  podReplicas: number;
   readyReplicas: number;
   updatedReplicas: number;
   availableReplicas: number;
@@ -216,9 +218,11 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
 }
 
 /**
- * Rolled out: the Deployment runs the revision being moved to. A rollback
- * drains the old revision at 0 replicas first: that is not the new one
- * running; nor is a paused fleet's revision at 0 (its rollout holds).
+ * Rolled out: the Deployment runs the revision being moved to, on every pod
+ * it has. While an older revision's pods remain, the ready ones may be
+ * theirs (a new pod that cannot pull its image beside an old one serving).
+ * A rollback drains the old revision at 0 replicas first: that is not the
+ * new one running; nor is a paused fleet's revision at 0 (its rollout holds).
  */
 function isRolledOut(i: StatusInput): boolean {
   const d = i.deployment;
@@ -228,6 +232,7 @@ function isRolledOut(i: StatusInput): boolean {
     d.revision === i.updateRevision &&
     d.observedGeneration >= d.generation &&
     d.updatedReplicas >= d.replicas &&
+    d.podReplicas === d.updatedReplicas &&
     d.readyReplicas >= d.replicas &&
     d.replicas === (i.appliedReplicas ?? i.desiredReplicas)
   );
@@ -480,6 +485,7 @@ export function observeDeployment(d: KubeObject | undefined): DeploymentObservat
     generation: d.metadata.generation ?? 0,
     observedGeneration: st.observedGeneration ?? 0,
     replicas: spec?.replicas ?? 0,
+    podReplicas: st.replicas ?? 0,
     readyReplicas: st.readyReplicas ?? 0,
     updatedReplicas: st.updatedReplicas ?? 0,
     availableReplicas: st.availableReplicas ?? 0,

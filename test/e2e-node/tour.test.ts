@@ -6,17 +6,15 @@
 // and its live process), and the example worker scales 1 → N → 1 on queue
 // age with real pods whose readiness the kubelet probes.
 import { readFileSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import type { KubeObject } from '../../src/kube/client.js';
-import { KubeClient } from '../../src/kube/client.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { KubeClient, KubeObject } from '../../src/kube/client.js';
 import { produce } from '../../examples/worker/producer.js';
 import { eventually } from '../ground/eventually.js';
-import { rabbitUrls } from '../ground/index.js';
-import { loadKubeConfig } from '../ground/kube.js';
-import { createSchema, type PgSchema } from '../ground/postgres.js';
-import { createVhost, type RabbitVhost } from '../ground/rabbit.js';
-import { startRealNodeGround, type RealNodeGround } from '../ground/real-node.js';
-import { imagesPrinted, tourCommands, tourShell, type TourShell } from '../fixtures/tour.js';
+import type { PgSchema } from '../ground/postgres.js';
+import type { RabbitVhost } from '../ground/rabbit.js';
+import type { RealNodeGround } from '../ground/real-node.js';
+import { startE2eGround, type E2eGround } from '../fixtures/real-node-ground.js';
+import { imagesPrinted, runTour, type TourShell } from '../fixtures/tour.js';
 
 type Pod = KubeObject & {
   spec: { containers: Array<{ name: string; image: string }> };
@@ -33,6 +31,7 @@ type Pod = KubeObject & {
   };
 };
 
+let e2e: E2eGround;
 let ground: RealNodeGround;
 let client: KubeClient;
 let rabbit: RabbitVhost;
@@ -40,31 +39,12 @@ let db: PgSchema;
 let tour: TourShell;
 /** what `make images` printed: the digests the pods must run */
 const pushed = new Map<string, string>();
-const cleanups: Array<() => Promise<unknown>> = [];
 
 beforeAll(async () => {
-  ground = await startRealNodeGround();
-  client = new KubeClient(loadKubeConfig(ground.plane.kubeconfigPath));
-  const { amqpUrl, rabbitMgmtUrl } = rabbitUrls();
-  rabbit = await createVhost(amqpUrl, rabbitMgmtUrl);
-  cleanups.push(() => rabbit.cleanup());
-  db = await createSchema(inject('ground').pgUrl);
-  cleanups.push(() => db.cleanup());
-  // The tour's one edit: the three URLs, as the pods reach this machine's services.
-  tour = tourShell({
-    kubeconfig: ground.plane.kubeconfigPath,
-    registry: ground.registry,
-    urls: {
-      rabbitmq: await ground.expose(rabbit.amqpUrl),
-      rabbitmqManagement: await ground.expose(rabbit.mgmtUrl),
-      claimsDb: await ground.expose(db.url),
-    },
-  });
+  e2e = await startE2eGround();
+  ({ node: ground, client, rabbit, db, shell: tour } = e2e);
 }, 600_000);
-afterAll(async () => {
-  for (const c of cleanups.reverse()) await c().catch(() => undefined);
-  await ground?.stop();
-});
+afterAll(() => e2e?.stop());
 
 const pods = async (namespace: string, selector: string) =>
   (
@@ -129,26 +109,10 @@ describe('on a real node', () => {
 
   it("the README's tour, command for command: the chart's operator and the example worker run in containers pulled with the Secrets", async () => {
     expect(pushed.size, 'make images ran first').toBe(2);
-    const commands = tourCommands();
-    for (const written of commands) {
-      const r = await tour.run(written);
-      expect(r.code, `${written}\n${r.stdout}\n${r.stderr}`).toBe(0);
-      if (written.startsWith('kubectl wait')) {
-        const jw = JSON.parse(
-          (await tour.run('kubectl get jw order-shipper -n shipping -o json')).stdout,
-        ) as {
-          status: { conditions: Array<{ type: string; status: string }>; ageSource?: string };
-        };
-        const status = (type: string) => jw.status.conditions.find((c) => c.type === type)?.status;
-        expect(status('Available')).toBe('True');
-        expect(status('ScalingActive')).toBe('True');
-        expect(jw.status.ageSource).toBeDefined();
-      }
-      if (written.startsWith('kubectl get jw'))
-        expect(r.stdout).toMatch(/order-shipper\s+\d+\s+\d+\s+\d+s\s+\w+/);
-      if (written.startsWith('kubectl jobworker status'))
-        expect(r.stdout).toContain('order-shipper');
-    }
+    await runTour(tour);
+    expect((await tour.run('kubectl jobworker status order-shipper -n shipping')).stdout).toContain(
+      'order-shipper',
+    );
     // The worker pods are containers the kubelet started from the pushed image.
     const workers = await pods('shipping', 'jobfleet.dev/jobworker=order-shipper');
     expect(workers.length).toBeGreaterThanOrEqual(1);

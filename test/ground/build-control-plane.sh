@@ -31,13 +31,8 @@ mkdir -p "$out" "$cache/build"
 log() { echo "[control-plane] $*" >&2; }
 start=$(date +%s)
 
-minor=${KUBE_VERSION#*.}; minor=${minor%%.*}
-major=${KUBE_VERSION%%.*}
-ldflags=""
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=v$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
+# shellcheck source=kube-ldflags.sh
+. "$here/kube-ldflags.sh"
 
 # --- kube-apiserver, kube-controller-manager, kube-scheduler -----------------
 kube="$cache/build/kube-$KUBE_VERSION"
@@ -54,7 +49,7 @@ if [ ! -f "$kube/go.mod" ]; then
     echo "require k8s.io/kubernetes v$KUBE_VERSION"
     echo
     echo "replace ("
-    for m in $staging; do echo "	$m => $m v0.$minor.${KUBE_VERSION##*.}"; done
+    for m in $staging; do echo "	$m => $m v0.$kube_minor.${KUBE_VERSION##*.}"; done
     echo ")"
   } >"$kube/go.mod"
 fi
@@ -75,7 +70,7 @@ EOF
 (cd "$kube" && go mod tidy)
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   log "building $cmd"
-  (cd "$kube" && go build -trimpath -ldflags "$ldflags" -o "$out/$cmd" "k8s.io/kubernetes/cmd/$cmd")
+  (cd "$kube" && go build -trimpath -ldflags "$kube_ldflags" -o "$out/$cmd" "k8s.io/kubernetes/cmd/$cmd")
 done
 
 # --- etcd ----------------------------------------------------------------

@@ -57,13 +57,8 @@ mkdir -p "$out/bin" "$out/cni"
 lap=$(date +%s)
 
 # --- kubelet, kube-proxy: the control plane's wrapper module ----------------
-minor=${KUBE_VERSION#*.}; minor=${minor%%.*}
-major=${KUBE_VERSION%%.*}
-ldflags=""
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=v$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
+# shellcheck source=kube-ldflags.sh
+. "$here/kube-ldflags.sh"
 kube="$cache/build/kube-$KUBE_VERSION"
 cat >"$kube/tools_node.go" <<'EOF'
 //go:build tools
@@ -79,7 +74,7 @@ EOF
 (cd "$kube" && go mod tidy)
 for cmd in kubelet kube-proxy; do
   log "building $cmd v$KUBE_VERSION"
-  (cd "$kube" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
+  (cd "$kube" && CGO_ENABLED=0 go build -trimpath -ldflags "$kube_ldflags" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
 done
 
 took "kubelet and kube-proxy"

@@ -86,6 +86,8 @@ export async function startRealNodeGround(): Promise<RealNodeGround> {
   const bin = (b: string) => path.join(assets, 'bin', b);
   const cleanupScript = path.join(here, 'node-cleanup.sh');
   await run('bash', [cleanupScript, bin('kube-proxy')]);
+  // the machine's iptables rules and sysctls, put back when the node is removed
+  await run('bash', [cleanupScript, bin('kube-proxy'), '--save']);
 
   const dir = await mkdtemp(path.join(os.tmpdir(), 'jobfleet-node-'));
   // Tears the node down if this process dies without its teardown (containers outlive their shims).

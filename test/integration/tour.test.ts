@@ -13,7 +13,7 @@ import { startDevGround, type DevGround } from '../ground/dev-ground.js';
 import { createSchema } from '../ground/postgres.js';
 import { createVhost } from '../ground/rabbit.js';
 import { findServices } from '../ground/services.js';
-import { commandsOf, imagesPrinted, sh, tourCommands, tourShell } from '../fixtures/tour.js';
+import { commandsOf, runTour, sh, tourShell } from '../fixtures/tour.js';
 
 /**
  * The how-to pages in the order docs/README.md lists them, then the upgrade
@@ -57,32 +57,8 @@ describe("the README's tour", () => {
       registry: ground.registry!,
       urls: { rabbitmq: rabbit.amqpUrl, rabbitmqManagement: rabbit.mgmtUrl, claimsDb: db.url },
     });
-    const env = tour.env;
-    tourEnv = env;
-    const commands = tourCommands();
-    expect(commands[0]).toMatch(/^make images /);
-    for (const written of commands) {
-      const r = await tour.run(written);
-      expect(r.code, `${written}\n${r.stdout}\n${r.stderr}`).toBe(0);
-      if (written.startsWith('make images'))
-        expect(imagesPrinted(r.stdout).map((i) => i.ref)).toEqual([
-          'localhost:5000/jobfleet-operator:dev',
-          'localhost:5000/jobfleet-example-worker:dev',
-        ]);
-      if (written.startsWith('kubectl wait')) {
-        const jw = JSON.parse(
-          (await sh('kubectl get jw order-shipper -n shipping -o json', env)).stdout,
-        ) as {
-          status: { conditions: Array<{ type: string; status: string }>; ageSource?: string };
-        };
-        const status = (type: string) => jw.status.conditions.find((c) => c.type === type)?.status;
-        expect(status('Available')).toBe('True');
-        expect(status('ScalingActive')).toBe('True');
-        expect(jw.status.ageSource).toBeDefined();
-      }
-      if (written.startsWith('kubectl get jw'))
-        expect(r.stdout).toMatch(/order-shipper\s+\d+\s+\d+\s+\d+s\s+\w+/);
-    }
+    tourEnv = tour.env;
+    await runTour(tour);
     // the operator that reconciled it is the chart's pod, run from its image's entrypoint
     expect(
       ground.runner.events.some((e) => e.pod.startsWith('jobfleet-') && e.kind === 'ready'),

@@ -117,6 +117,7 @@ describe("the kubelet's reasons", () => {
         generation: 2,
         observedGeneration: 2,
         replicas: 1,
+        podReplicas: 2,
         readyReplicas: 1,
         updatedReplicas: 1,
         availableReplicas: 1,

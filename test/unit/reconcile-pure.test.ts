@@ -231,6 +231,7 @@ describe('status', () => {
         generation: 1,
         observedGeneration: 1,
         replicas: 2,
+        podReplicas: 2,
         readyReplicas: 2,
         updatedReplicas: 2,
         availableReplicas: 2,
@@ -254,6 +255,7 @@ describe('status', () => {
         generation: 4,
         observedGeneration: 4,
         replicas: 0,
+        podReplicas: 0,
         readyReplicas: 0,
         updatedReplicas: 0,
         availableReplicas: 0,
@@ -261,6 +263,29 @@ describe('status', () => {
     });
     expect(s.currentRevision).toBe('2');
     expect(s.conditions?.find((c) => c.type === 'Progressing')?.status).toBe('True');
+  });
+
+  it("a new revision's pod that cannot start beside an old one still serving has not rolled out", () => {
+    const s = computeStatus({
+      ...base,
+      desiredReplicas: 1,
+      updateRevision: '2',
+      previous: { currentRevision: '1' },
+      deployment: {
+        revision: '2',
+        generation: 2,
+        observedGeneration: 2,
+        replicas: 1,
+        podReplicas: 2, // the old pod, ready, and the new one, pulling
+        readyReplicas: 1,
+        updatedReplicas: 1,
+        availableReplicas: 1,
+      },
+    });
+    expect(s.currentRevision).toBe('1');
+    expect(s.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'True',
+    });
   });
 
   it('a missing Secret with nothing running is not Available (not "scaled to zero")', () => {

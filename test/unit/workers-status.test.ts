@@ -15,6 +15,7 @@ const d = (ready: number, replicas = 3) => ({
   generation: 1,
   observedGeneration: 1,
   replicas,
+  podReplicas: replicas,
   readyReplicas: ready,
   updatedReplicas: replicas,
   availableReplicas: ready,
