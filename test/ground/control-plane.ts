@@ -6,12 +6,13 @@
 // temp dir; a detached reaper tears it down if the test process dies.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { createWriteStream, existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Daemons } from './daemons.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const repoRoot = path.resolve(here, '../..');
@@ -67,38 +68,6 @@ export interface ControlPlane {
   stop(): Promise<void>;
 }
 
-interface Proc {
-  name: string;
-  child: ChildProcess;
-  log: string;
-}
-
-async function waitFor(
-  what: string,
-  check: () => Promise<boolean>,
-  procs: Proc[],
-  timeoutMs = 60_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const dead = procs.find((p) => p.child.exitCode !== null || p.child.signalCode !== null);
-    if (dead) throw new Error(`${dead.name} exited while waiting for ${what}:\n${tail(dead.log)}`);
-    if (await check().catch(() => false)) return;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(
-    `timed out after ${timeoutMs} ms waiting for ${what}:\n${procs.map((p) => `--- ${p.name}\n${tail(p.log)}`).join('\n')}`,
-  );
-}
-
-function tail(file: string, lines = 30): string {
-  try {
-    return readFileSync(file, 'utf8').split('\n').slice(-lines).join('\n');
-  } catch {
-    return '(no log)';
-  }
-}
-
 /** Node's fetch cannot trust a per-request CA, so health checks go through https.get. */
 async function httpsGet(url: string, ca: string, token: string): Promise<number> {
   const https = await import('node:https');
@@ -135,27 +104,13 @@ export async function startControlPlane(
     );
   }
   const dir = await mkdtemp(path.join(os.tmpdir(), 'jobfleet-kube-'));
-  const procs: Proc[] = [];
+  const daemons = new Daemons(dir);
   const bin = (b: string) => path.join(assets, b);
-  const run = (name: string, args: string[], env?: NodeJS.ProcessEnv) => {
-    const log = path.join(dir, `${name}.log`);
-    const out = createWriteStream(log);
-    const child = spawn(bin(name), args, { stdio: ['ignore', 'pipe', 'pipe'], env });
-    child.stdout?.pipe(out);
-    child.stderr?.pipe(out);
-    procs.push({ name, child, log });
-    return child;
-  };
+  const run = (name: string, args: string[], env?: NodeJS.ProcessEnv) =>
+    daemons.start(name, bin(name), args, env);
 
   const stop = async () => {
-    for (const p of [...procs].reverse()) {
-      if (p.child.exitCode !== null || p.child.signalCode !== null) continue;
-      const exited = new Promise((r) => p.child.once('exit', r));
-      p.child.kill('SIGTERM');
-      const timer = setTimeout(() => p.child.kill('SIGKILL'), 5000);
-      await exited;
-      clearTimeout(timer);
-    }
+    await daemons.stop();
     reaper.kill('SIGTERM');
     if (process.env.JOBFLEET_TEST_KEEP_CONTROL_PLANE !== '1') {
       await rm(dir, { recursive: true, force: true });
@@ -167,7 +122,7 @@ export async function startControlPlane(
     path.join(here, 'reaper.mjs'),
     String(process.pid),
     dir,
-    ...procs.map((p) => String(p.child.pid)),
+    ...daemons.pids().map(String),
   ];
   let reaper = spawn(process.execPath, reaperArgs(), { detached: true, stdio: 'ignore' });
   reaper.unref();
@@ -202,7 +157,7 @@ export async function startControlPlane(
       '--log-level=warn',
     ]);
     rearm();
-    await waitFor('etcd /health', async () => (await fetch(`${etcdUrl}/health`)).ok, procs);
+    await daemons.waitFor('etcd /health', async () => (await fetch(`${etcdUrl}/health`)).ok);
 
     const address = opts.address ?? '127.0.0.1';
     run('kube-apiserver', [
@@ -230,12 +185,11 @@ export async function startControlPlane(
     rearm();
     const server = `https://${address}:${apiPort}`;
     const caFile = path.join(certDir, 'apiserver.crt');
-    await waitFor(
+    await daemons.waitFor(
       'kube-apiserver /readyz',
       async () =>
         existsSync(caFile) &&
         (await httpsGet(`${server}/readyz`, await readFile(caFile, 'utf8'), token)) === 200,
-      procs,
     );
 
     const kubeconfigPath = path.join(dir, 'kubeconfig');
@@ -246,9 +200,9 @@ export async function startControlPlane(
     if (runsWorkloads) {
       startWorkloadControllers(dir, kubeconfigPath, saKey, caFile, run, address !== '127.0.0.1');
       rearm();
-      if (opts.fakeNode ?? true) await createFakeNode(kubeconfigPath, procs);
+      if (opts.fakeNode ?? true) await createFakeNode(kubeconfigPath, daemons);
     }
-    const pids = procs.map((p) => p.child.pid ?? 0);
+    const pids = daemons.pids();
     return { dir, kubeconfigPath, server, runsWorkloads, pids, stop };
   } catch (err) {
     await stop();
@@ -325,18 +279,14 @@ export const fakeNode = {
   },
 };
 
-async function createFakeNode(kubeconfigPath: string, procs: Proc[]): Promise<void> {
+async function createFakeNode(kubeconfigPath: string, daemons: Daemons): Promise<void> {
   const k8s = await import('@kubernetes/client-node');
   const kc = new k8s.KubeConfig();
   kc.loadFromFile(kubeconfigPath);
   const core = kc.makeApiClient(k8s.CoreV1Api);
   await core.createNode({ body: fakeNode });
-  await waitFor(
-    'the kwok node to be Ready',
-    async () => {
-      const node = await core.readNode({ name: fakeNode.metadata.name });
-      return !!node.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
-    },
-    procs,
-  );
+  await daemons.waitFor('the kwok node to be Ready', async () => {
+    const node = await core.readNode({ name: fakeNode.metadata.name });
+    return !!node.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
+  });
 }

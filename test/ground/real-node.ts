@@ -21,8 +21,8 @@
 //
 // One real node per machine (the bridge, port 5000, the kubepods cgroups):
 // node-cleanup.sh removes a killed run's leftovers before a node starts.
-import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, existsSync, readFileSync } from 'node:fs';
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -35,6 +35,7 @@ import {
   startControlPlane,
   type ControlPlane,
 } from './control-plane.js';
+import { Daemons } from './daemons.js';
 import { loadKubeConfig } from './kube.js';
 import { startRegistry, type Registry } from './registry.js';
 import { startTcpProxy, type TcpProxy } from './tcp-proxy.js';
@@ -73,12 +74,6 @@ export interface RealNodeGround {
   stop(): Promise<void>;
 }
 
-interface Proc {
-  name: string;
-  child: ChildProcess;
-  log: string;
-}
-
 export async function startRealNodeGround(): Promise<RealNodeGround> {
   if (process.getuid?.() !== 0)
     throw new Error('the real node needs root (containerd, runc, iptables)');
@@ -101,29 +96,13 @@ export async function startRealNodeGround(): Promise<RealNodeGround> {
   );
   watcher.unref();
 
-  const procs: Proc[] = [];
+  const daemons = new Daemons(dir);
   const proxies: TcpProxy[] = [];
   let plane: ControlPlane | undefined;
   let registry: Registry | undefined;
   let ca: PrivateCa | undefined;
-  const spawnLogged = (name: string, cmd: string, args: string[], env?: NodeJS.ProcessEnv) => {
-    const log = path.join(dir, `${name}.log`);
-    const out = createWriteStream(log);
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
-    child.stdout?.pipe(out);
-    child.stderr?.pipe(out);
-    procs.push({ name, child, log });
-    return child;
-  };
   const stop = async () => {
-    for (const p of [...procs].reverse()) {
-      if (p.child.exitCode !== null || p.child.signalCode !== null) continue;
-      const exited = new Promise((r) => p.child.once('exit', r));
-      p.child.kill('SIGTERM');
-      const timer = setTimeout(() => p.child.kill('SIGKILL'), 5000);
-      await exited;
-      clearTimeout(timer);
-    }
+    await daemons.stop();
     await run('bash', [cleanupScript, bin('kube-proxy')]).catch(() => undefined);
     await Promise.all(proxies.map((p) => p.close()));
     await registry?.stop();
@@ -135,25 +114,25 @@ export async function startRealNodeGround(): Promise<RealNodeGround> {
   try {
     await networkUp();
     ca = await privateCa();
-    registry = await startRegistry({ binary: bin('registry'), ca });
+    registry = await startRegistry({ binary: bin('registry'), ca, under: dir });
     plane = await startControlPlane({ fakeNode: false, address: HOST_ADDRESS });
 
     const sock = path.join(dir, 'containerd.sock');
     await writeContainerdConfig(dir, assets, sock, registry, ca);
     const env = { ...process.env, PATH: `${path.join(assets, 'bin')}:${process.env.PATH}` };
-    spawnLogged(
+    daemons.start(
       'containerd',
       bin('containerd'),
       ['--config', path.join(dir, 'containerd.toml')],
       env,
     );
-    await waitFor('containerd', () => existsSync(sock), procs);
+    await daemons.waitFor('containerd', () => existsSync(sock), 30_000);
     const ctr = async (...args: string[]) =>
       (await run(bin('ctr'), ['--address', sock, '--namespace', 'k8s.io', ...args])).stdout;
     await ctr('images', 'import', '--no-unpack=false', path.join(assets, 'pause.tar'));
 
     const kubeletConfig = await writeKubeletConfig(dir, sock);
-    spawnLogged(
+    daemons.start(
       'kubelet',
       bin('kubelet'),
       [
@@ -167,14 +146,14 @@ export async function startRealNodeGround(): Promise<RealNodeGround> {
       ],
       env,
     );
-    spawnLogged(
+    daemons.start(
       'kube-proxy',
       bin('kube-proxy'),
       [`--config=${await writeKubeProxyConfig(dir, plane.kubeconfigPath)}`, '--v=1'],
       env,
     );
     const client = new KubeClient(loadKubeConfig(plane.kubeconfigPath));
-    await waitFor(
+    await daemons.waitFor(
       `node ${NODE_NAME} to be Ready`,
       async () => {
         const node = await client.find<
@@ -182,7 +161,6 @@ export async function startRealNodeGround(): Promise<RealNodeGround> {
         >('v1', 'Node', undefined, NODE_NAME);
         return !!node?.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
       },
-      procs,
       90_000,
     );
     return {
@@ -203,9 +181,8 @@ export async function startRealNodeGround(): Promise<RealNodeGround> {
       stop,
     };
   } catch (err) {
-    const logs = procs.map((p) => `--- ${p.name}\n${tail(p.log)}`).join('\n');
     await stop();
-    throw new Error(`${(err as Error).message}\n${logs}`, { cause: err });
+    throw err;
   }
 }
 
@@ -368,28 +345,4 @@ async function writeKubeProxyConfig(dir: string, kubeconfig: string): Promise<st
     }),
   );
   return file;
-}
-
-async function waitFor(
-  what: string,
-  check: () => boolean | Promise<boolean>,
-  procs: Proc[],
-  timeoutMs = 30_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const dead = procs.find((p) => p.child.exitCode !== null || p.child.signalCode !== null);
-    if (dead) throw new Error(`${dead.name} exited while waiting for ${what}`);
-    if (await Promise.resolve(check()).catch(() => false)) return;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-}
-
-function tail(file: string, lines = 25): string {
-  try {
-    return readFileSync(file, 'utf8').split('\n').slice(-lines).join('\n');
-  } catch {
-    return '(no log)';
-  }
 }

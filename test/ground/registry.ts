@@ -42,9 +42,16 @@ export function dockerConfig(host: string, username: string, password: string): 
   return JSON.stringify({ auths: { [host]: { username, password, auth } } });
 }
 
-/** Its storage and config live in a temp folder of its own, removed when it stops. */
-export async function startRegistry(o: { binary: string; ca: PrivateCa }): Promise<Registry> {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-registry-'));
+/**
+ * Its storage and config live in a temp folder of its own (in `under`, when given: the real
+ * node's, whose teardown then covers it), removed when it stops.
+ */
+export async function startRegistry(o: {
+  binary: string;
+  ca: PrivateCa;
+  under?: string;
+}): Promise<Registry> {
+  const dir = mkdtempSync(path.join(o.under ?? os.tmpdir(), 'jobfleet-registry-'));
   const at = (f: string) => path.join(dir, f);
   mkdirSync(at('storage'), { recursive: true });
   mkdirSync(at('certs'), { recursive: true });

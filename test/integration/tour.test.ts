@@ -57,6 +57,7 @@ describe("the README's tour", () => {
       registry: ground.registry!,
       urls: { rabbitmq: rabbit.amqpUrl, rabbitmqManagement: rabbit.mgmtUrl, claimsDb: db.url },
     });
+    cleanups.push(() => Promise.resolve(tour.cleanup()));
     tourEnv = tour.env;
     await runTour(tour);
     // the operator that reconciled it is the chart's pod, run from its image's entrypoint
