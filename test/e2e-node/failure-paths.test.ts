@@ -135,8 +135,13 @@ describe('on a real node, when things go wrong', () => {
         [],
       );
     }
-    const jw = await getJw('restricted');
-    expect(condition(jw, 'Available')?.status).toBe('True');
+    await eventually(
+      'the JobWorker Available',
+      async () =>
+        condition(await getJw('restricted'), 'Available')?.status === 'True' ? true : undefined,
+      60_000,
+      500,
+    );
   });
 
   it('a tag that does not exist: ErrImagePull or ImagePullBackOff named with the image within a minute, the rollout holds, a corrected tag recovers it', async () => {
