@@ -58,6 +58,7 @@ test-e2e-node: node_modules control-plane rabbitmq4 real-node
 lint: node_modules
 	eslint .
 	prettier --check .
+	depcruise src worker --config .dependency-cruiser.cjs
 
 typecheck: node_modules
 	tsc -p tsconfig.json
@@ -78,19 +79,19 @@ chart-docs: control-plane
 
 ## crds: regenerate crds/ from the zod schema in src/api/ (a unit test fails when they drift)
 crds: node_modules
-	node --import tsx src/api/write-crds.ts
+	node --import tsx src/tools/write-crds.ts
 
-## pod-template-schema: src/api/pod-template-spec.json, spec.template's schema, from the pinned
+## pod-template-schema: src/tools/pod-template-spec.json, spec.template's schema, from the pinned
 ## Kubernetes release's OpenAPI document (k8s.io/kubernetes through the Go module proxy; then make crds)
 pod-template-schema: node_modules
 	@. test/ground/versions.env && dir=$$(mkdir -p .cache/build/openapi && cd .cache/build/openapi && \
 	  PATH="$$PATH:/usr/local/go/bin" GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v$$KUBE_VERSION" | \
 	  sed -n 's/.*"Dir": "\(.*\)".*/\1/p') && \
-	  node --import tsx src/api/write-pod-template-schema.ts "$$dir/api/openapi-spec/v3/api__v1_openapi.json" "$$KUBE_VERSION"
+	  node --import tsx src/tools/write-pod-template-schema.ts "$$dir/api/openapi-spec/v3/api__v1_openapi.json" "$$KUBE_VERSION"
 
 ## docs-ref: regenerate docs/reference/ (fields, metrics, reasons, CLI help) from the code (a unit test fails when they drift)
 docs-ref: node_modules
-	node --import tsx src/api/write-reference.ts
+	node --import tsx src/tools/write-reference.ts
 
 ## docs-diagram: render docs/concepts/architecture.svg from its Graphviz source (needs dot: apt-get install graphviz)
 docs-diagram:

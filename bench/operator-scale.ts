@@ -12,7 +12,11 @@ import { parse } from 'yaml';
 import { Informer } from '../src/controller/informer.js';
 import { parseSpec, type JobWorker } from '../src/api/jobworker.js';
 import { KubeClient, type KubeObject } from '../src/kube/client.js';
-import { desiredDeployment, desiredMetricsService, desiredPdb } from '../src/reconcile/desired.js';
+import {
+  desiredDeployment,
+  desiredMetricsService,
+  desiredPdb,
+} from '../src/reconcile/children/desired.js';
 import { freePort, repoRoot, startControlPlane } from '../test/ground/control-plane.js';
 import { compiled } from '../test/ground/compiled.js';
 import { installCrds } from '../test/ground/kube.js';

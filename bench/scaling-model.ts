@@ -4,7 +4,7 @@
 // time to start and that drain (stop taking, finish what they hold) when
 // removed, and a dependency that can throttle or slow down with load. A
 // fluid model (rates, no per-message service) is kept to validate it against.
-import type { HeadReading } from '../src/reconcile/queue-age.js';
+import type { HeadReading } from '../src/reconcile/model/observation.js';
 import { prng as rng } from '../test/ground/prng.js';
 
 export interface Service {

@@ -11,9 +11,14 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { estimateCapacity, type CapacityMemory } from '../src/reconcile/capacity.js';
-import { decideReplicas, type ScalingSpec, type ScalingState } from '../src/reconcile/scaling.js';
-import { queueAge, type AgeMemory, type HeadReading } from '../src/reconcile/queue-age.js';
+import { estimateCapacity, type CapacityMemory } from '../src/reconcile/scaling/capacity.js';
+import {
+  decideReplicas,
+  type ScalingSpec,
+  type ScalingState,
+} from '../src/reconcile/scaling/replicas.js';
+import { queueAge, type AgeMemory } from '../src/reconcile/scaling/queue-age.js';
+import type { HeadReading } from '../src/reconcile/model/observation.js';
 import {
   fluidFleet,
   messageFleet,

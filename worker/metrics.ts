@@ -28,8 +28,8 @@ export interface Held {
 
 /**
  * Asked at each scrape: `held`, which the operator reads to remove the
- * idlest pods first when it scales down (src/reconcile/scale-down.ts), and
- * `head`, from which it measures the queue's age (src/reconcile/queue-age.ts).
+ * idlest pods first when it scales down (src/reconcile/scaling/scale-down.ts), and
+ * `head`, from which it measures the queue's age (src/reconcile/scaling/queue-age.ts).
  */
 export function workerMetrics(
   registry = new client.Registry(),

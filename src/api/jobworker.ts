@@ -1,6 +1,6 @@
 // The JobWorker API (jobfleet.dev/v1alpha1): one zod schema is
 // the source of truth. The controller parses specs with it, and the CRD's
-// OpenAPI schema is generated from it (src/api/crd.ts), so the two cannot
+// OpenAPI schema is generated from it (src/tools/crd.ts), so the two cannot
 // drift. Field names are public API: add, never rename.
 import { z } from 'zod';
 import { parseWith, type Parsed } from './parse.js';
@@ -87,8 +87,8 @@ const podTemplate = z
 
 /**
  * spec.template: a core/v1 PodTemplateSpec. The CRD carries the Kubernetes
- * release's own schema for it (./pod-template-schema.ts) and CEL rules that
- * refuse what the operator owns (src/api/crd.ts); zod only types the parts
+ * release's own schema for it (../tools/pod-template-schema.ts) and CEL rules that
+ * refuse what the operator owns (src/tools/crd.ts); zod only types the parts
  * the operator reads and keeps the rest as written.
  */
 const container = z.looseObject({ name: z.string() });

@@ -1,5 +1,5 @@
 // The command lines' own help texts, in one place: each CLI prints its own,
-// and docs/reference/cli.md is generated from them (src/api/reference.ts).
+// and docs/reference/cli.md is generated from them (src/tools/reference.ts).
 import { FAILURE_CLASSES } from '../../worker/envelope.js';
 
 export const JOBFLEET_USAGE = `usage: jobfleet <command> [options]

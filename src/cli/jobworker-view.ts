@@ -1,7 +1,7 @@
 // What `kubectl jobworker status|history|why` print, pure: a JobWorker in,
 // lines and an exit code out.
 import type { Condition, JobWorkerStatus, RevisionFigures } from '../api/jobworker.js';
-import { latencyWords } from '../reconcile/cohort-figures.js';
+import { latencyWords } from '../reconcile/cohort/index.js';
 
 export interface JobWorkerView {
   metadata: { name: string; namespace?: string; generation?: number };

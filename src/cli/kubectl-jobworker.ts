@@ -12,9 +12,9 @@ import { API_VERSION, KIND, parseSpec, type JobWorkerStatus } from '../api/jobwo
 import { KubeApiError, KubeClient, resourcePath, type KubeObject } from '../kube/client.js';
 import { KubeAccess } from '../kube/kubeconfig.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
-import { revisionRecordName } from '../reconcile/desired.js';
-import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../reconcile/pause.js';
-import { ANNOTATION_COHORT_COMMAND, type CohortCommand } from '../reconcile/cohort.js';
+import { revisionRecordName } from '../reconcile/children/index.js';
+import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../reconcile/rollout/index.js';
+import { ANNOTATION_COHORT_COMMAND, type CohortCommand } from '../reconcile/cohort/index.js';
 import { runDlq } from './dlq.js';
 import { dlqViaOperator } from './dlq-via-operator.js';
 import { historyLines, statusLines, verdict, whyLines } from './jobworker-view.js';
@@ -383,7 +383,7 @@ async function whoAmI(client: KubeClient): Promise<string> {
   return user;
 }
 
-/** Asks the operator to skip the cohort's current step, or to abort the cohort (../reconcile/cohort.ts). */
+/** Asks the operator to skip the cohort's current step, or to abort the cohort (../reconcile/cohort/steps.ts). */
 async function cohortCommand(
   client: KubeClient,
   jw: JobWorkerObject,

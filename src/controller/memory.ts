@@ -4,7 +4,7 @@
 // JobWorker is forgotten by one delete. Lost on restart, and that is fine:
 // each part is rebuilt from the cluster and the queue within a few reconciles.
 import type { ScalingMemory } from '../reconcile/plan.js';
-import type { StatusMemory } from '../reconcile/writes.js';
+import type { StatusMemory } from '../reconcile/children/index.js';
 import type { DeadLetterStats } from '../signals/dead-letters.js';
 
 export interface DeadLetterRead {
@@ -15,7 +15,7 @@ export interface DeadLetterRead {
 export interface JobWorkerMemory {
   /** the scaler's window and AIMD cap, the age estimate's and the cohort figures' memory */
   scaling?: ScalingMemory;
-  /** the status last written, compared before writing again (../reconcile/writes.ts) */
+  /** the status last written, compared before writing again (../reconcile/children/writes.ts) */
   status?: StatusMemory;
   /** its Deployment was written: a reconcile that fails later keeps its creation turn */
   deploymentApplied?: boolean;

@@ -1,5 +1,5 @@
 // Reconcile one JobWorker, by key, in three rooms: observe (./observe.ts,
-// reads only) → plan (src/reconcile/plan.ts, pure; src/reconcile/writes.ts
+// reads only) → plan (src/reconcile/plan.ts, pure; src/reconcile/children/writes.ts
 // settles which of its writes are still to make) → apply (here): those
 // writes in order, then the status write, then the events of what was
 // written. Level-triggered and idempotent: everything is read again each
@@ -9,11 +9,11 @@ import { API_VERSION, KIND, LIMITED_BY } from '../api/jobworker.js';
 import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder, type EventTarget } from '../kube/events.js';
 import type { OperatorMetrics } from '../metrics.js';
-import { FIELD_MANAGER } from '../reconcile/desired.js';
-import type { Observation } from '../reconcile/observation.js';
+import { FIELD_MANAGER } from '../reconcile/children/index.js';
+import type { Observation } from '../reconcile/model/index.js';
 import { planToCompletionAsync, type Plan, type PlanEvent } from '../reconcile/plan.js';
-import { DELETION_COST } from '../reconcile/scale-down.js';
-import { afterConflict, settle, type Settled, type Write } from '../reconcile/writes.js';
+import { DELETION_COST } from '../reconcile/scaling/index.js';
+import { afterConflict, settle, type Settled, type Write } from '../reconcile/children/index.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
 import { Observer, type ObjectCache } from './observe.js';
@@ -121,7 +121,7 @@ export class JobWorkerReconciler {
   }
 
   /**
-   * The settled writes (../reconcile/writes.ts) in order, then the status
+   * The settled writes (../reconcile/children/writes.ts) in order, then the status
    * (written even when a write failed: what the plan reached is recorded),
    * then each event whose writes were made. A list of writes: every choice
    * was made by the planner and `settle`.
@@ -151,7 +151,7 @@ export class JobWorkerReconciler {
     if (failed) throw failed;
   }
 
-  /** One of the settled writes (../reconcile/writes.ts). */
+  /** One of the settled writes (../reconcile/children/writes.ts). */
   private async carryOut(jw: KubeObject, w: Write): Promise<void> {
     const namespace = jw.metadata.namespace as string;
     switch (w.op) {

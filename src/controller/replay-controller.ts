@@ -26,10 +26,10 @@ import { DeadLetterStore, type DeadLetterRow, type Selector } from '../dlq/store
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder } from '../kube/events.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
-import { FIELD_MANAGER } from '../reconcile/desired.js';
+import { FIELD_MANAGER } from '../reconcile/children/index.js';
 import { ClaimStore } from '../../worker/claim-store.js';
 import type { ProcessResult } from './workqueue.js';
-import type { EventReason } from '../reconcile/reasons.js';
+import type { EventReason } from '../api/reasons.js';
 
 /** After the pass, how long replayed jobs are waited for before the replay reports what it saw. */
 const SETTLE_TIMEOUT_MS = 15 * 60_000;

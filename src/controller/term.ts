@@ -10,7 +10,7 @@ import { REPLAY_KIND } from '../api/jobreplay.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { QueueFigures } from '../metrics.js';
 import type { EventRecorder } from '../kube/events.js';
-import { LABEL_JOBWORKER } from '../reconcile/desired.js';
+import { LABEL_JOBWORKER } from '../reconcile/children/index.js';
 import { CreationWindow, hasItsPods } from './creation-window.js';
 import { Informer, keyOf } from './informer.js';
 import type { ObjectCache } from './observe.js';

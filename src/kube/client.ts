@@ -9,26 +9,12 @@
 import https from 'node:https';
 import http from 'node:http';
 import http2 from 'node:http2';
+import type { KubeObject } from '../api/kube-object.js';
 import { KubeAccess, type KubeAccessLike } from './kubeconfig.js';
 
-export interface KubeObject {
-  apiVersion: string;
-  kind: string;
-  metadata: {
-    name: string;
-    namespace?: string;
-    uid?: string;
-    resourceVersion?: string;
-    generation?: number;
-    labels?: Record<string, string>;
-    annotations?: Record<string, string>;
-    ownerReferences?: Array<Record<string, unknown>>;
-    deletionTimestamp?: string;
-    creationTimestamp?: string;
-    [k: string]: unknown;
-  };
-  [k: string]: unknown;
-}
+// The shape of any object, the API's own (../api/kube-object.ts); exported here too,
+// with the client that reads and writes it.
+export type { KubeObject };
 
 export interface KubeList<T = KubeObject> {
   metadata: { resourceVersion: string; continue?: string };

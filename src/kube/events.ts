@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { KubeClient, KubeObject } from './client.js';
-import type { EventReason } from '../reconcile/reasons.js';
+import type { EventReason } from '../api/reasons.js';
 
 export interface EventTarget {
   apiVersion: string;

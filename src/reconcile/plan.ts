@@ -1,14 +1,15 @@
 // One JobWorker reconcile's decisions, pure: from an Observation (what the
 // controller read), the scaler's memory and the time, to the writes to
-// make (./writes.ts), the full status, the events a change deserves, the gauges, and when
+// make (./children/writes.ts), the full status, the events a change deserves, the gauges, and when
 // to look again. Like planRollout, it asks (`need`) for the few reads that
 // matter only in some states, and is called again with the answer.
+import type { ScalingOutcome } from './scaling/index.js';
 import type { JobWorker, JobWorkerStatus } from '../api/jobworker.js';
-import type { KubeObject } from '../kube/client.js';
-import type { Observation } from './observation.js';
-import type { ConditionInput } from './conditions.js';
-import type { PlanEvent } from './events.js';
-import type { FiguresMemory } from './cohort-figures.js';
+import type { KubeObject } from '../api/kube-object.js';
+import type { Observation } from './model/index.js';
+import type { ConditionInput } from './model/index.js';
+import type { PlanEvent } from './model/index.js';
+import type { FiguresMemory } from './cohort/index.js';
 import {
   cohortDeploymentName,
   desiredCohortDeployment,
@@ -18,64 +19,52 @@ import {
   desiredRevisionRecord,
   revisionOf,
   revisionRecordName,
-} from './desired.js';
-import { pauseSwitch, wasPaused } from './pause.js';
-import { chooseRemovals, type PodLoad, type Removal } from './scale-down.js';
-import { writesOf, type FleetWrites, type Write } from './writes.js';
-import { iso } from './rollout.js';
-import { workersNeedChecking, workersReadyCondition, type WorkerReport } from './workers.js';
-import { queueAge, type AgeMemory, type AgeSource, type EstimatedBecause } from './queue-age.js';
+} from './children/index.js';
+import { pauseSwitch, wasPaused } from './rollout/index.js';
+import { chooseRemovals, type PodLoad, type Removal } from './scaling/index.js';
+import { writesOf, type FleetWrites, type Write } from './children/index.js';
+import { iso } from './model/index.js';
+import { workersNeedChecking, workersReadyCondition, type WorkerReport } from './status/index.js';
+import {
+  queueAge,
+  type AgeMemory,
+  type AgeSource,
+  type EstimatedBecause,
+} from './scaling/index.js';
 import {
   estimateCapacity,
   type CapacityEstimate,
   type CapacityMemory,
   type CapacitySource,
-} from './capacity.js';
+} from './scaling/index.js';
 import {
   planRollout,
   type RolloutAnswers,
   type RolloutNeed,
   type RolloutPlan,
-} from './rollout-plan.js';
+} from './rollout/index.js';
 import {
   decideReplicas,
   type LimitedBy,
   type ScalingSpec,
   type ScalingState,
   type Signals,
-} from './scaling.js';
-import { computeStatus, deadLetterDueInMs, observeDeployment } from './status.js';
+} from './scaling/index.js';
+import { computeStatus, deadLetterDueInMs, observeDeployment } from './status/index.js';
 
 /** What a reconcile remembers of a JobWorker between reconciles (lost on restart, and that is fine). */
 export interface ScalingMemory {
   scaling: ScalingState;
   age: AgeMemory;
   capacity?: CapacityMemory;
-  /** a Cohort rollout's last read of each pod's counters (./cohort-figures.ts) */
+  /** a Cohort rollout's last read of each pod's counters (./cohort/figures.ts) */
   cohort?: FiguresMemory;
 }
 
-export type { PlanEvent } from './events.js';
-
-export interface ScalingOutcome {
-  desired: number;
-  /** the objective (spec.scaling.targetOldestAgeSeconds), for the alerts' gauge */
-  targetAgeSeconds: number;
-  limitedBy: LimitedBy;
-  message: string;
-  signalOk: boolean;
-  oldestAgeSeconds?: number;
-  queueDepth?: number;
-  ageSource?: AgeSource;
-  /** why the age is estimated, when the user can change it */
-  estimatedBecause?: EstimatedBecause;
-  capacitySource?: CapacitySource | 'Saturation';
-  capacityPerReplica?: number;
-  throttling?: boolean;
-}
+export type { PlanEvent } from './model/index.js';
 
 export interface Plan {
-  /** what to write, in order (./writes.ts); none while the spec or its Secrets are broken */
+  /** what to write, in order (./children/writes.ts); none while the spec or its Secrets are broken */
   writes: Write[];
   status: JobWorkerStatus;
   /** emitted once the status that carries the change is written */
@@ -111,9 +100,9 @@ export interface PlanInput {
 /** A read the plan needs in this state: the rollout's, or the unready workers' reports. */
 export type PlanNeed = RolloutNeed | { kind: 'workers' } | { kind: 'podLoad' };
 export type PlanAnswers = RolloutAnswers & {
-  /** what the unready pods say (./workers.ts); a key present with undefined: unreadable */
+  /** what the unready pods say (./status/workers.ts); a key present with undefined: unreadable */
   workers?: WorkerReport[] | undefined;
-  /** what each pod holds, before a scale-down (./scale-down.ts); undefined: unreadable */
+  /** what each pod holds, before a scale-down (./scaling/scale-down.ts); undefined: unreadable */
   podLoad?: PodLoad[] | undefined;
 };
 
@@ -334,7 +323,7 @@ function pausedFleet(
   };
 }
 
-/** The rollout's plan (./rollout-plan.ts) made into the objects to apply, and the events it deserves. */
+/** The rollout's plan (./rollout/planner.ts) made into the objects to apply, and the events it deserves. */
 function rolloutFleet(
   i: PlanInput,
   spec: NonNullable<Observation['spec']>,
@@ -636,7 +625,7 @@ function resumed(
   };
 }
 
-/** Desired replicas from the queue's signals (src/reconcile/scaling.ts), with the scaler's memory. */
+/** Desired replicas from the queue's signals (src/reconcile/scaling/replicas.ts), with the scaler's memory. */
 function scale(
   obs: Observation,
   spec: NonNullable<Observation['spec']>,

@@ -1,15 +1,15 @@
 // Fleet signals from Prometheus: how often the dependency throttles the
 // workers — the input of the downstream cap's AIMD — and the workers' own
-// figures for what a replica can do (src/reconcile/capacity.ts). Worker
+// figures for what a replica can do (src/reconcile/scaling/capacity.ts). Worker
 // series carry the `namespace` and `jobworker` labels (added by the scrape
 // config: the chart's PodMonitor copies them from the pod).
-import type { PodCounters } from '../reconcile/capacity.js';
+import type { CapacityCounters } from '../reconcile/model/index.js';
 
 export interface FleetSignals {
   /** throttled responses per second, fleet-wide */
   throttleRate: number;
   /** each worker's figures as last scraped (none until a worker has been scraped) */
-  pods: PodCounters[];
+  pods: CapacityCounters[];
 }
 
 export class PrometheusError extends Error {
@@ -19,7 +19,7 @@ export class PrometheusError extends Error {
 /** PromQL string literal escaping for label values. */
 const q = (v: string) => `"${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
 
-/** The worker figures capacity needs (src/reconcile/capacity.ts), as raw series. */
+/** The worker figures capacity needs (src/reconcile/scaling/capacity.ts), as raw series. */
 const COUNTERS = ['jobfleet_handler_duration_seconds_sum', 'jobfleet_jobs_total'];
 
 /**
@@ -75,7 +75,7 @@ export async function fetchFleetSignals(
   timeoutMs = 5000,
 ): Promise<FleetSignals> {
   let throttleRate = 0; // no series yet (nothing throttled, or not scraped yet) is 0
-  const pods = new Map<string, PodCounters>();
+  const pods = new Map<string, CapacityCounters>();
   for (const r of await promQuery(baseUrl, fleetQuery(namespace, jobworker), timeoutMs)) {
     const m = r.metric ?? {};
     const v = Number(r.value?.[1]);

@@ -1,7 +1,7 @@
 // Queue signals from the RabbitMQ management API: depth, rates and the head
-// message's timestamp (classic queues; src/reconcile/queue-age.ts turns them
+// message's timestamp (classic queues; src/reconcile/scaling/queue-age.ts turns them
 // into the age of the oldest waiting message).
-import type { QueueStats } from '../reconcile/queue-age.js';
+import type { QueueStats } from '../reconcile/model/index.js';
 import { brokerUrls } from '../../worker/broker-urls.js';
 import { overLimitQueueName } from '../../worker/topology.js';
 

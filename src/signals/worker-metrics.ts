@@ -2,21 +2,21 @@
 // its pod IP and metrics port, as Prometheus reaches it), in parallel, each
 // with a short timeout; a pod that does not answer is left out, or marked
 // unread. What a poll reads, one scrape per pod serving both: the counters
-// capacity needs, when no Prometheus is configured (src/reconcile/capacity.ts),
+// capacity needs, when no Prometheus is configured (src/reconcile/scaling/capacity.ts),
 // and what each pod saw of the queue's head, for the measured age
-// (src/reconcile/queue-age.ts). And what each pod holds, before a scale-down
-// (src/reconcile/scale-down.ts).
+// (src/reconcile/scaling/queue-age.ts). And what each pod holds, before a scale-down
+// (src/reconcile/scaling/scale-down.ts).
 import type { KubeObject } from '../kube/client.js';
-import type { PodCounters } from '../reconcile/capacity.js';
+import type { CapacityCounters } from '../reconcile/model/index.js';
 import {
   LATENCY_BOUNDS,
   zeroCounters,
   type PodCounters as RevisionCounters,
   type PodSample,
-} from '../reconcile/cohort-figures.js';
-import { LABEL_REVISION } from '../reconcile/desired.js';
-import type { HeadReading } from '../reconcile/queue-age.js';
-import { DELETION_COST, type PodLoad } from '../reconcile/scale-down.js';
+} from '../reconcile/cohort/index.js';
+import { LABEL_REVISION } from '../reconcile/children/index.js';
+import type { HeadReading } from '../reconcile/model/index.js';
+import { DELETION_COST, type PodLoad } from '../reconcile/scaling/index.js';
 import { isReady, restartsOf, workerUrl, type PodShape } from './worker-readiness.js';
 
 /** Capacity is per replica: a sample of pods says it as well as all of them. */
@@ -56,7 +56,7 @@ const HEADS_FROM_AT_MOST = 20;
 export async function readWorkerPods(
   owned: Pod[],
   want: { heads: boolean; counters: boolean },
-): Promise<{ heads?: HeadReading[]; counters?: PodCounters[] }> {
+): Promise<{ heads?: HeadReading[]; counters?: CapacityCounters[] }> {
   const pods = running(owned);
   const forHeads = want.heads ? pods.slice(0, HEADS_FROM_AT_MOST) : [];
   const forCounters = want.counters ? pods.filter(isReady).slice(0, COUNTERS_FROM_AT_MOST) : [];
@@ -123,7 +123,7 @@ export async function readPodLoad(owned: Pod[]): Promise<PodLoad[]> {
 /**
  * Every pod of the JobWorker (both Deployments of a Cohort rollout), its
  * revision and restarts, and its counters where it answers: what a cohort
- * step's analysis compares (src/reconcile/cohort-figures.ts).
+ * step's analysis compares (src/reconcile/cohort/figures.ts).
  */
 export async function readCohortSamples(owned: Pod[]): Promise<PodSample[]> {
   const pods = running(owned);
@@ -190,7 +190,7 @@ function* samples(
 }
 
 /** The figures capacity needs, summed over their label sets. */
-export function parseCounters(text: string): Omit<PodCounters, 'pod'> {
+export function parseCounters(text: string): Omit<CapacityCounters, 'pod'> {
   const m = sums(
     text,
     (labels) => !labels.includes('outcome=') || labels.includes('outcome="completed"'),

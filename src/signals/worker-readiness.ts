@@ -4,14 +4,10 @@
 // container's last termination message. A few pods at most, in parallel,
 // each with a short timeout: enough to name the fault.
 import type { KubeObject } from '../kube/client.js';
-import { METRICS_PORT } from '../reconcile/desired.js';
+import { METRICS_PORT } from '../reconcile/children/index.js';
 import { PASSING } from '../../worker/readiness.js';
-import {
-  CONTAINER_REASONS,
-  TERMINATED_REASONS,
-  type ContainerReason,
-} from '../reconcile/reasons.js';
-import { parseWorkerWords, type WorkerReport } from '../reconcile/workers.js';
+import { CONTAINER_REASONS, TERMINATED_REASONS, type ContainerReason } from '../api/reasons.js';
+import { parseWorkerWords, type WorkerReport } from '../reconcile/status/index.js';
 
 const ASK_AT_MOST = 5;
 

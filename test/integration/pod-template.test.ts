@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseSpec, type JobWorker } from '../../src/api/jobworker.js';
 import { KubeClient, type KubeObject } from '../../src/kube/client.js';
-import { templateHash } from '../../src/reconcile/desired.js';
+import { templateHash } from '../../src/reconcile/children/desired.js';
 import type { Operator } from '../../src/operator.js';
 import { operatorProcess, testOperator, urlSecrets } from '../fixtures/operator.js';
 import { repoRoot } from '../ground/control-plane.js';

@@ -16,7 +16,8 @@ import { topology } from '../../worker/topology.js';
 import { sendConfirmed } from '../../worker/producer.js';
 import { fetchQueueStats } from '../../src/signals/rabbitmq.js';
 import { parseHead } from '../../src/signals/worker-metrics.js';
-import { queueAge, type AgeMemory, type HeadReading } from '../../src/reconcile/queue-age.js';
+import { queueAge, type AgeMemory } from '../../src/reconcile/scaling/queue-age.js';
+import type { HeadReading } from '../../src/reconcile/model/observation.js';
 import { eventually } from '../ground/eventually.js';
 import {
   rabbitUrls,

@@ -5,7 +5,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { KubeClient, resourcePath, type KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
-import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../../src/reconcile/pause.js';
+import { ANNOTATION_PAUSE_BY, ANNOTATION_PAUSE_REASON } from '../../src/reconcile/rollout/pause.js';
 import { Permanent, publish } from '../../worker/index.js';
 import { jobfleet } from '../fixtures/jobfleet-cli.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';

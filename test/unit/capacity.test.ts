@@ -2,20 +2,22 @@
 // differenced per pod, restarts, throttled runs, an idle fleet keeping its
 // estimate, Prometheus counters that move once per scrape.
 import { describe, expect, it } from 'vitest';
-import {
-  estimateCapacity,
-  type CapacityMemory,
-  type PodCounters,
-} from '../../src/reconcile/capacity.js';
+import { estimateCapacity, type CapacityMemory } from '../../src/reconcile/scaling/capacity.js';
+import type { CapacityCounters } from '../../src/reconcile/model/observation.js';
 
-const pod = (name: string, handlerSecondsSum: number, completed: number): PodCounters => ({
+const pod = (name: string, handlerSecondsSum: number, completed: number): CapacityCounters => ({
   pod: name,
   handlerSecondsSum,
   completed,
 });
 
 /** Feeds readings every `everyMs`; returns the last result. */
-function feed(readings: PodCounters[][], memory?: CapacityMemory, start = 0, everyMs = 10_000) {
+function feed(
+  readings: CapacityCounters[][],
+  memory?: CapacityMemory,
+  start = 0,
+  everyMs = 10_000,
+) {
   let mem = memory;
   let out: ReturnType<typeof estimateCapacity> | undefined;
   readings.forEach((pods, i) => {

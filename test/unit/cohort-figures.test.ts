@@ -11,7 +11,7 @@ import {
   runsOver,
   type PodCounters,
   type PodSample,
-} from '../../src/reconcile/cohort-figures.js';
+} from '../../src/reconcile/cohort/figures.js';
 import { parseRevisionCounters } from '../../src/signals/worker-metrics.js';
 import { workerMetrics } from '../../worker/metrics.js';
 

@@ -18,17 +18,17 @@ import {
   ANNOTATION_COHORT_COMMAND,
   cohortReplicas,
   type CohortCommand,
-} from '../../src/reconcile/cohort.js';
+} from '../../src/reconcile/cohort/steps.js';
 import {
   LATENCY_BOUNDS,
   zeroCounters,
   type PodCounters,
-} from '../../src/reconcile/cohort-figures.js';
-import { cohortDeploymentName, revisionOf } from '../../src/reconcile/desired.js';
+} from '../../src/reconcile/cohort/figures.js';
+import { cohortDeploymentName, revisionOf } from '../../src/reconcile/children/desired.js';
 import { prng } from '../ground/prng.js';
 import { answerFromWorld } from './sequence-answers.js';
 import { Transcript } from './transcript.js';
-import type { Observation } from '../../src/reconcile/observation.js';
+import type { Observation } from '../../src/reconcile/model/observation.js';
 import { planToCompletion, type Plan, type ScalingMemory } from '../../src/reconcile/plan.js';
 import { applied, deleted, recorded } from './plan-writes.js';
 

@@ -3,8 +3,8 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { allCrds, jobReplayCrd, jobWorkerCrd } from '../../src/api/crd.js';
-import { TEMPLATE_KUBERNETES_VERSION } from '../../src/api/template-rules.js';
+import { allCrds, jobReplayCrd, jobWorkerCrd } from '../../src/tools/crd.js';
+import { TEMPLATE_KUBERNETES_VERSION } from '../../src/tools/template-rules.js';
 import { z } from 'zod';
 import { parseReplaySpec } from '../../src/api/jobreplay.js';
 import { jobWorkerSpec, parseSpec } from '../../src/api/jobworker.js';

@@ -7,12 +7,12 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { CONTAINER_REASONS, TERMINATED_REASONS } from '../../src/reconcile/reasons.js';
+import { CONTAINER_REASONS, TERMINATED_REASONS } from '../../src/api/reasons.js';
 import {
   workersNeedChecking,
   workersReadyCondition,
   WORKERS_CHECK_AFTER_MS,
-} from '../../src/reconcile/workers.js';
+} from '../../src/reconcile/status/workers.js';
 import { readWorkerReports, slimPod } from '../../src/signals/worker-readiness.js';
 import { repoRoot } from '../ground/control-plane.js';
 

@@ -1,4 +1,4 @@
-// A plan's writes (src/reconcile/writes.ts) as the sequence harnesses and
+// A plan's writes (src/reconcile/children/writes.ts) as the sequence harnesses and
 // transcripts read them: what it applies, records, deletes and marks.
 import type { KubeObject } from '../../src/kube/client.js';
 import type { Plan } from '../../src/reconcile/plan.js';

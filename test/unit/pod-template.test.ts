@@ -10,7 +10,7 @@ import {
   desiredDeployment,
   envProblems,
   templateHash,
-} from '../../src/reconcile/desired.js';
+} from '../../src/reconcile/children/desired.js';
 
 const golden = JSON.parse(
   readFileSync(

@@ -1,17 +1,13 @@
 // The measured queue age, pure: the worker's view of the head
 // (worker/queue-head.ts), its round trip through /metrics, and the operator's
-// combination with the queue's statistics (src/reconcile/queue-age.ts).
+// combination with the queue's statistics (src/reconcile/scaling/queue-age.ts).
 import { describe, expect, it } from 'vitest';
 import { workerMetrics } from '../../worker/metrics.js';
 import { enteredQueueAt, HeadWatch } from '../../worker/queue-head.js';
 import { parseHead } from '../../src/signals/worker-metrics.js';
-import { ageMeasuredCondition } from '../../src/reconcile/status.js';
-import {
-  queueAge,
-  type AgeMemory,
-  type HeadReading,
-  type QueueStats,
-} from '../../src/reconcile/queue-age.js';
+import { ageMeasuredCondition } from '../../src/reconcile/status/status.js';
+import { queueAge, type AgeMemory } from '../../src/reconcile/scaling/queue-age.js';
+import type { HeadReading, QueueStats } from '../../src/reconcile/model/observation.js';
 
 const T0 = Date.parse('2026-12-03T00:00:00Z');
 

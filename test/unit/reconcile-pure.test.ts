@@ -2,21 +2,21 @@
 // Deployment and the no-op check that keeps a steady state write-free.
 import { describe, expect, it } from 'vitest';
 import { parseSpec, type JobWorker } from '../../src/api/jobworker.js';
-import { phaseOf, setCondition } from '../../src/reconcile/conditions.js';
+import { phaseOf, setCondition } from '../../src/reconcile/model/conditions.js';
 import {
   contractHash,
   deployedContract,
   desiredDeployment,
   envProblems,
   templateHash,
-} from '../../src/reconcile/desired.js';
-import { assignRevision } from '../../src/reconcile/revisions.js';
+} from '../../src/reconcile/children/desired.js';
+import { assignRevision } from '../../src/reconcile/rollout/revisions.js';
 import {
   computeStatus,
   deadLetterCondition,
   deadLetterDueInMs,
-} from '../../src/reconcile/status.js';
-import { isSubset } from '../../src/reconcile/subset.js';
+} from '../../src/reconcile/status/status.js';
+import { isSubset } from '../../src/reconcile/children/subset.js';
 import { loadConfig } from '../../worker/config.js';
 
 const spec = (over: Record<string, unknown> = {}) => {

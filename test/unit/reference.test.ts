@@ -1,10 +1,10 @@
 // The reference pages are what the code declares today: the custom
-// resources' fields and the metrics, generated (src/api/reference.ts).
+// resources' fields and the metrics, generated (src/tools/reference.ts).
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { referencePages } from '../../src/api/reference.js';
-import { CONDITIONS, EVENTS } from '../../src/reconcile/reasons.js';
+import { referencePages } from '../../src/tools/reference.js';
+import { CONDITIONS, EVENTS } from '../../src/api/reasons.js';
 import { repoRoot } from '../ground/control-plane.js';
 
 describe('docs/reference/', () => {
@@ -33,8 +33,8 @@ describe('docs/reference/', () => {
     const dirs = ['src/reconcile', 'src/controller', 'src/signals'];
     const code = dirs
       .flatMap((d) =>
-        readdirSync(path.join(repoRoot, d))
-          .filter((f) => f.endsWith('.ts') && f !== 'reasons.ts')
+        readdirSync(path.join(repoRoot, d), { recursive: true, encoding: 'utf8' })
+          .filter((f) => f.endsWith('.ts'))
           .map((f) => readFileSync(path.join(repoRoot, d, f), 'utf8')),
       )
       .join('\n');

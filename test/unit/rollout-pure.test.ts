@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { analyze, gate, rollbackStep, type StepInput } from '../../src/reconcile/rollout.js';
+import { analyze, rollbackStep, type StepInput } from '../../src/reconcile/rollout/rollback.js';
+import { gate } from '../../src/reconcile/rollout/gate.js';
 
 const v1 = { keyRule: 'invoice:{id}:send', schemaVersions: [2, 3] };
 

@@ -16,11 +16,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseSpec, type JobWorkerSpec, type JobWorkerStatus } from '../../src/api/jobworker.js';
 import type { KubeObject } from '../../src/kube/client.js';
-import { deployedContract, revisionOf } from '../../src/reconcile/desired.js';
-import type { Observation } from '../../src/reconcile/observation.js';
+import { deployedContract, revisionOf } from '../../src/reconcile/children/desired.js';
+import type { Observation } from '../../src/reconcile/model/observation.js';
 import { planToCompletion, type ScalingMemory } from '../../src/reconcile/plan.js';
 
-import { gate, type Contract } from '../../src/reconcile/rollout.js';
+import { gate, type Contract } from '../../src/reconcile/rollout/gate.js';
 import { prng } from '../ground/prng.js';
 import { answerFromWorld } from './sequence-answers.js';
 import { Transcript } from './transcript.js';

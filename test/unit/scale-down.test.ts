@@ -1,12 +1,16 @@
-// Scale-down removes the idlest pods first: the choice (src/reconcile/scale-down.ts),
+// Scale-down removes the idlest pods first: the choice (src/reconcile/scaling/scale-down.ts),
 // and the plan that asks what each pod holds before it lowers the replicas,
 // marks the chosen pods, and says what the scale-down interrupted.
 import { describe, expect, it } from 'vitest';
 import { parseSpec } from '../../src/api/jobworker.js';
 import type { KubeObject } from '../../src/kube/client.js';
-import type { Observation } from '../../src/reconcile/observation.js';
+import type { Observation } from '../../src/reconcile/model/observation.js';
 import { planToCompletion, type Plan } from '../../src/reconcile/plan.js';
-import { CHOSEN_COST, chooseRemovals, type PodLoad } from '../../src/reconcile/scale-down.js';
+import {
+  CHOSEN_COST,
+  chooseRemovals,
+  type PodLoad,
+} from '../../src/reconcile/scaling/scale-down.js';
 import { applied, podCosts } from './plan-writes.js';
 
 const idle = (pod: string, cost?: string): PodLoad => ({

@@ -7,7 +7,7 @@ import {
   type ScalingSpec,
   type ScalingState,
   type Signals,
-} from '../../src/reconcile/scaling.js';
+} from '../../src/reconcile/scaling/replicas.js';
 
 const spec: ScalingSpec = {
   minReplicas: 1,

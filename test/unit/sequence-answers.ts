@@ -3,7 +3,7 @@
 // harnesses share it. A world without the operator's outside signals reads
 // none (no Prometheus, no queue total, no unready workers to ask).
 import type { PlanAnswers, PlanNeed } from '../../src/reconcile/plan.js';
-import type { PodSample } from '../../src/reconcile/cohort-figures.js';
+import type { PodSample } from '../../src/reconcile/cohort/figures.js';
 
 export interface AnsweringWorld {
   pods: ReadonlyArray<{ revision: string; restarts: number }>;

@@ -5,7 +5,7 @@
 // a change to a rollout rule shows as a changed step, not as a changed
 // assertion.
 import type { Plan } from '../../src/reconcile/plan.js';
-import { revisionOf } from '../../src/reconcile/desired.js';
+import { revisionOf } from '../../src/reconcile/children/desired.js';
 import { applied } from './plan-writes.js';
 
 /** A simulated pod as the harnesses keep it: terminating once it has a terminatingAt. */

@@ -1,13 +1,13 @@
 // What the JobWorker says about its worker pods (WorkersReady, Degraded) and
 // about a pause, from what the pods report: pure.
 import { describe, expect, it } from 'vitest';
-import { duration } from '../../src/reconcile/status.js';
+import { duration } from '../../src/reconcile/status/status.js';
 import {
   parseWorkerWords,
   workersNeedChecking,
   workersReadyCondition,
   WORKERS_CHECK_AFTER_MS,
-} from '../../src/reconcile/workers.js';
+} from '../../src/reconcile/status/workers.js';
 import { brokerProblem, claimStoreProblem } from '../../worker/readiness.js';
 
 const d = (ready: number, replicas = 3) => ({

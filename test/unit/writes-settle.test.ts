@@ -1,4 +1,4 @@
-// The writes a reconcile still has to make (src/reconcile/writes.ts,
+// The writes a reconcile still has to make (src/reconcile/children/writes.ts,
 // settle): what the watches show as done is not written again, a record of
 // another object's is replaced, and an event announcing the Deployment waits
 // for that Deployment's write.
@@ -10,15 +10,15 @@ import {
   desiredMetricsService,
   desiredPdb,
   desiredRevisionRecord,
-} from '../../src/reconcile/desired.js';
-import type { Observation } from '../../src/reconcile/observation.js';
+} from '../../src/reconcile/children/desired.js';
+import type { Observation } from '../../src/reconcile/model/observation.js';
 import {
   afterConflict,
   settle,
   writesOf,
   type PlannedWrites,
   type Write,
-} from '../../src/reconcile/writes.js';
+} from '../../src/reconcile/children/writes.js';
 import { jobWorkerObject } from './jobworker-fixture.js';
 
 const raw = jobWorkerObject({ uid: 'u-1', resourceVersion: '10' });

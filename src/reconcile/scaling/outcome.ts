@@ -1,0 +1,22 @@
+// What the scaler decided in one reconcile, and what it read to decide: the
+// status (../status/) reports it, the operator's gauges export it.
+import type { CapacitySource } from './capacity.js';
+import type { AgeSource, EstimatedBecause } from './queue-age.js';
+import type { LimitedBy } from './replicas.js';
+
+export interface ScalingOutcome {
+  desired: number;
+  /** the objective (spec.scaling.targetOldestAgeSeconds), for the alerts' gauge */
+  targetAgeSeconds: number;
+  limitedBy: LimitedBy;
+  message: string;
+  signalOk: boolean;
+  oldestAgeSeconds?: number;
+  queueDepth?: number;
+  ageSource?: AgeSource;
+  /** why the age is estimated, when the user can change it */
+  estimatedBecause?: EstimatedBecause;
+  capacitySource?: CapacitySource | 'Saturation';
+  capacityPerReplica?: number;
+  throttling?: boolean;
+}

@@ -1,0 +1,127 @@
+// Whether the worker pods are ready, and if not why, pure: from what each
+// unready pod says (its /readyz answer, or the last line of a worker that
+// refused to start, kept in its termination message) to the WorkersReady
+// condition. Read only once a Deployment has stayed unavailable a while
+// (WORKERS_CHECK_AFTER_MS): pods that are merely starting cost nothing.
+import type { KubeObject } from '../../api/kube-object.js';
+import { NOT_READY_REASONS, PASSING } from '../../api/worker-contract.js';
+import type { ConditionInput } from '../model/index.js';
+import type { DeploymentObservation } from './status.js';
+import type { WorkerReason } from '../../api/reasons.js';
+
+/** How long a Deployment is unavailable before its pods are asked why. */
+export const WORKERS_CHECK_AFTER_MS = 10_000;
+
+/** What one unready pod says. */
+export interface WorkerReport {
+  pod: string;
+  reason: WorkerReason;
+  message: string;
+  fix?: string;
+}
+
+/**
+ * The Deployment has stayed short of ready replicas for WORKERS_CHECK_AFTER_MS, or a rollout
+ * has made no progress for as long with pods unavailable (a new revision's pods that cannot
+ * pull their image while the old ones still serve).
+ */
+export function workersNeedChecking(deployment: KubeObject | undefined, now: Date): boolean {
+  const st = deployment?.status as
+    | {
+        replicas?: number;
+        readyReplicas?: number;
+        unavailableReplicas?: number;
+        conditions?: Array<{
+          type: string;
+          status: string;
+          lastTransitionTime?: string;
+          lastUpdateTime?: string;
+        }>;
+      }
+    | undefined;
+  const want = (deployment?.spec as { replicas?: number } | undefined)?.replicas ?? 0;
+  if (!st || want === 0) return false;
+  const lasted = (since: string | undefined) =>
+    now.getTime() - Date.parse(since ?? '') >= WORKERS_CHECK_AFTER_MS;
+  const available = st.conditions?.find((c) => c.type === 'Available');
+  if ((st.readyReplicas ?? 0) < want && available?.status === 'False')
+    return lasted(available.lastTransitionTime);
+  const progressing = st.conditions?.find((c) => c.type === 'Progressing');
+  return (st.unavailableReplicas ?? 0) > 0 && lasted(progressing?.lastUpdateTime);
+}
+
+const KNOWN: ReadonlySet<string> = new Set(NOT_READY_REASONS);
+
+/**
+ * A worker's own words from its /readyz body or its last log line: reason,
+ * message and fix, and nothing else (a log line may hold anything, so only
+ * these fields of a line the worker runtime wrote are kept).
+ */
+export function parseWorkerWords(
+  text: string,
+): { reason: WorkerReason; message: string; fix?: string } | undefined {
+  for (const line of text.trim().split('\n').reverse()) {
+    let o: Record<string, unknown>;
+    try {
+      o = JSON.parse(line) as Record<string, unknown>;
+    } catch {
+      continue;
+    }
+    if (typeof o.reason !== 'string' || !KNOWN.has(o.reason)) continue;
+    const reason = o.reason as WorkerReason;
+    const message =
+      typeof o.message === 'string' ? o.message : typeof o.err === 'string' ? o.err : '';
+    return {
+      reason,
+      message: message.slice(0, 300),
+      ...(typeof o.fix === 'string' && { fix: o.fix.slice(0, 300) }),
+    };
+  }
+  return undefined;
+}
+
+/** The WorkersReady condition; undefined reports: the pods were not asked (yet). */
+export function workersReadyCondition(
+  d: DeploymentObservation | undefined,
+  applied: number,
+  reports: WorkerReport[] | undefined,
+): ConditionInput {
+  const type = 'WorkersReady';
+  if (applied === 0)
+    return { type, status: 'True', reason: 'NoneWanted', message: 'No worker replica is wanted.' };
+  // Wanted, and no Deployment yet (being created, or held by a problem Degraded names): not ready, not a worker fault.
+  if (!d)
+    return {
+      type,
+      status: 'Unknown',
+      reason: 'Starting',
+      message: `0 of ${applied} workers are ready; their Deployment does not exist yet.`,
+    };
+  // A fault speaks even while enough replicas are ready: a new revision's pods stuck on it.
+  const faults = (reports ?? []).filter((r) => !PASSING.has(r.reason));
+  if (d.readyReplicas >= d.replicas && !faults.length)
+    return {
+      type,
+      status: 'True',
+      reason: 'AllReady',
+      message: `${d.readyReplicas} of ${d.replicas} workers are ready.`,
+    };
+  if (!faults.length)
+    return {
+      type,
+      status: 'Unknown',
+      reason: reports?.length ? reports[0]!.reason : 'Starting',
+      message: `${d.readyReplicas} of ${d.replicas} workers are ready; the others are ${reports?.length ? reports[0]!.reason.toLowerCase() : 'starting'}.`,
+    };
+  // The commonest fault speaks for the fleet; the first pod that has it is named.
+  const count = new Map<WorkerReason, number>();
+  for (const f of faults) count.set(f.reason, (count.get(f.reason) ?? 0) + 1);
+  const reason = [...count.entries()].sort((a, b) => b[1] - a[1])[0]![0];
+  const first = faults.find((f) => f.reason === reason)!;
+  return {
+    type,
+    status: 'False',
+    reason,
+    message: `${d.readyReplicas} of ${d.replicas} workers are ready; ${count.get(reason)} of those asked say ${reason} (pod ${first.pod}: ${first.message || 'no detail'}).${first.fix ? ` Fix: ${first.fix}.` : ''}`,
+  };
+}
