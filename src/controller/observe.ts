@@ -7,16 +7,19 @@
 import { parseSpec, type JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { OperatorMetrics } from '../metrics.js';
-import { cohortDeploymentName, envProblems } from '../reconcile/children/index.js';
-import { ownCohort } from '../reconcile/children/index.js';
-import type { CapacityReading } from '../reconcile/model/index.js';
-import type { Observation, Problem, QueueObservation } from '../reconcile/model/index.js';
-import type { DeadLetterInput } from '../reconcile/model/index.js';
+import { cohortDeploymentName, envProblems, ownCohort } from '../reconcile/children/index.js';
+import type {
+  CapacityReading,
+  Observation,
+  Problem,
+  QueueObservation,
+  DeadLetterInput,
+  QueueStats,
+} from '../reconcile/model/index.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import type { DeadLetterRead, JobWorkerMemories } from './memory.js';
 import { fetchFleetSignals, prometheusFor, PrometheusError } from '../signals/prometheus.js';
 import { readWorkerPods, type Pod } from '../signals/worker-metrics.js';
-import type { QueueStats } from '../reconcile/model/index.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
 
 /** The RabbitMQ management API and vhost a JobWorker's Secrets name; undefined without both URLs. */

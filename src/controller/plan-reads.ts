@@ -6,9 +6,8 @@
 import type { Logger } from 'pino';
 import type { JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeObject } from '../kube/client.js';
-import { LABEL_REVISION } from '../reconcile/children/index.js';
+import { LABEL_REVISION, ownRecord } from '../reconcile/children/index.js';
 import type { Observation } from '../reconcile/model/index.js';
-import { ownRecord } from '../reconcile/children/index.js';
 import type { PlanAnswers, PlanNeed } from '../reconcile/plan.js';
 import type { PodFacts } from '../reconcile/rollout/index.js';
 import { readWorkerReports, restartsOf, type PodShape } from '../signals/worker-readiness.js';

@@ -9,11 +9,16 @@ import { API_VERSION, KIND, LIMITED_BY } from '../api/jobworker.js';
 import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder, type EventTarget } from '../kube/events.js';
 import type { OperatorMetrics } from '../metrics.js';
-import { FIELD_MANAGER } from '../reconcile/children/index.js';
+import {
+  FIELD_MANAGER,
+  afterConflict,
+  settle,
+  type Settled,
+  type Write,
+} from '../reconcile/children/index.js';
 import type { Observation } from '../reconcile/model/index.js';
 import { planToCompletionAsync, type Plan, type PlanEvent } from '../reconcile/plan.js';
 import { DELETION_COST } from '../reconcile/scaling/index.js';
-import { afterConflict, settle, type Settled, type Write } from '../reconcile/children/index.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
 import { Observer, type ObjectCache } from './observe.js';

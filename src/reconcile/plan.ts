@@ -1,14 +1,12 @@
-// One JobWorker reconcile's decisions, pure: from an Observation (what the
-// controller read), the scaler's memory and the time, to the writes to
-// make (./children/writes.ts), the full status, the events a change deserves, the gauges, and when
-// to look again. Like planRollout, it asks (`need`) for the few reads that
+// One JobWorker reconcile's decisions, pure, composed from its concerns
+// (./scaling/, ./rollout/, ./cohort/, ./children/, ./status/): from an
+// Observation (what the controller read), the scaler's memory and the time,
+// to the writes to make (./children/writes.ts), the full status, the events a
+// change deserves, the gauges, and when to look again. Like planRollout, it asks (`need`) for the few reads that
 // matter only in some states, and is called again with the answer.
-import type { ScalingOutcome } from './scaling/index.js';
 import type { JobWorker, JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../api/kube-object.js';
-import type { Observation } from './model/index.js';
-import type { ConditionInput } from './model/index.js';
-import type { PlanEvent } from './model/index.js';
+import { iso, type ConditionInput, type Observation, type PlanEvent } from './model/index.js';
 import type { FiguresMemory } from './cohort/index.js';
 import {
   cohortDeploymentName,
@@ -19,38 +17,41 @@ import {
   desiredRevisionRecord,
   revisionOf,
   revisionRecordName,
+  writesOf,
+  type FleetWrites,
+  type Write,
 } from './children/index.js';
-import { pauseSwitch, wasPaused } from './rollout/index.js';
-import { chooseRemovals, type PodLoad, type Removal } from './scaling/index.js';
-import { writesOf, type FleetWrites, type Write } from './children/index.js';
-import { iso } from './model/index.js';
-import { workersNeedChecking, workersReadyCondition, type WorkerReport } from './status/index.js';
 import {
+  chooseRemovals,
+  decideReplicas,
+  estimateCapacity,
   queueAge,
   type AgeMemory,
-  type AgeSource,
-  type EstimatedBecause,
-} from './scaling/index.js';
-import {
-  estimateCapacity,
   type CapacityEstimate,
   type CapacityMemory,
-  type CapacitySource,
+  type PodLoad,
+  type Removal,
+  type ScalingOutcome,
+  type ScalingSpec,
+  type ScalingState,
+  type Signals,
 } from './scaling/index.js';
 import {
+  pauseSwitch,
   planRollout,
+  wasPaused,
   type RolloutAnswers,
   type RolloutNeed,
   type RolloutPlan,
 } from './rollout/index.js';
 import {
-  decideReplicas,
-  type LimitedBy,
-  type ScalingSpec,
-  type ScalingState,
-  type Signals,
-} from './scaling/index.js';
-import { computeStatus, deadLetterDueInMs, observeDeployment } from './status/index.js';
+  computeStatus,
+  deadLetterDueInMs,
+  observeDeployment,
+  workersNeedChecking,
+  workersReadyCondition,
+  type WorkerReport,
+} from './status/index.js';
 
 /** What a reconcile remembers of a JobWorker between reconciles (lost on restart, and that is fine). */
 export interface ScalingMemory {

@@ -7,7 +7,7 @@
 // (src/reconcile/scaling/queue-age.ts). And what each pod holds, before a scale-down
 // (src/reconcile/scaling/scale-down.ts).
 import type { KubeObject } from '../kube/client.js';
-import type { CapacityCounters } from '../reconcile/model/index.js';
+import type { CapacityCounters, HeadReading } from '../reconcile/model/index.js';
 import {
   LATENCY_BOUNDS,
   zeroCounters,
@@ -15,7 +15,6 @@ import {
   type PodSample,
 } from '../reconcile/cohort/index.js';
 import { LABEL_REVISION } from '../reconcile/children/index.js';
-import type { HeadReading } from '../reconcile/model/index.js';
 import { DELETION_COST, type PodLoad } from '../reconcile/scaling/index.js';
 import { isReady, restartsOf, workerUrl, type PodShape } from './worker-readiness.js';
 

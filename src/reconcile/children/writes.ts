@@ -10,8 +10,7 @@ import { createHash } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import { API_VERSION, KIND, type JobWorkerStatus } from '../../api/jobworker.js';
 import type { KubeObject } from '../../api/kube-object.js';
-import type { PlanEvent } from '../model/index.js';
-import type { Observation } from '../model/index.js';
+import type { PlanEvent, Observation } from '../model/index.js';
 import { recordState } from './ownership.js';
 import { isSubset } from './subset.js';
 

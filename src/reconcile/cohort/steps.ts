@@ -7,14 +7,13 @@
 // consuming. The fleet's total stays the scaler's (capped by the downstream
 // budget): the cohort is a share of it, never extra load. Its state is in
 // status.cohort, so an operator restart resumes at the same step.
-import type { PlanEvent } from '../model/index.js';
+import { type PlanEvent, type ConditionInput, iso } from '../model/index.js';
 import type {
   CohortChecks,
   CohortStep,
   JobWorkerStatus,
   RevisionFigures,
 } from '../../api/jobworker.js';
-import type { ConditionInput } from '../model/index.js';
 import {
   accumulate,
   LATENCY_BOUNDS,
@@ -26,7 +25,6 @@ import {
   type PodSample,
 } from './figures.js';
 import { ageRising, RISE_SUSTAIN_MS } from '../scaling/index.js';
-import { iso } from '../model/index.js';
 
 export type CohortState = NonNullable<JobWorkerStatus['cohort']>;
 export type LastCohort = NonNullable<JobWorkerStatus['lastCohort']>;

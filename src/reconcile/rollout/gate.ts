@@ -6,7 +6,6 @@
 // the same step.
 import type { JobWorkerStatus } from '../../api/jobworker.js';
 import type { ConditionInput } from '../model/index.js';
-import type { PlanEvent } from '../model/index.js';
 
 export type RolloutState = NonNullable<JobWorkerStatus['rollout']>;
 export type AnalysisState = NonNullable<JobWorkerStatus['analysis']>;

@@ -6,7 +6,7 @@
 // matter only in some states (a revision's pods, the schema versions seen in
 // the queue, the queued total for an override): when it needs one it has not
 // been given, it says so (`need`), and the caller reads it and plans again.
-import type { PlanEvent } from '../model/index.js';
+import { type PlanEvent, type ConditionInput, iso } from '../model/index.js';
 import {
   checksOf,
   parseSpec,
@@ -14,7 +14,6 @@ import {
   type JobWorkerStatus,
 } from '../../api/jobworker.js';
 import type { KubeObject } from '../../api/kube-object.js';
-import type { ConditionInput } from '../model/index.js';
 import type { ReasonOf } from '../../api/reasons.js';
 import {
   TERMINATION_MARGIN_SECONDS,
@@ -23,16 +22,17 @@ import {
   contractHash,
   deployedContract,
   templateHash,
+  managerOf,
 } from '../children/index.js';
-import { managerOf } from '../children/index.js';
 import {
   ANNOTATION_COHORT_COMMAND,
   cohortStep,
   DEFAULT_STEPS,
   parseCommand,
   type CohortOutput,
+  type FiguresMemory,
+  type PodSample,
 } from '../cohort/index.js';
-import type { FiguresMemory, PodSample } from '../cohort/index.js';
 import { assignRevision, type HistoryEntry } from './revisions.js';
 import {
   ALLOW_KEY_RULE_CHANGE,
@@ -47,7 +47,6 @@ import {
   type Trigger,
 } from './gate.js';
 import { analyze, rollbackStep, type StepOutput } from './rollback.js';
-import { iso } from '../model/index.js';
 
 /** A pod restarting this often is crash-looping: an automatic rollback's trigger. */
 export const CRASH_LOOP_RESTARTS = 3;

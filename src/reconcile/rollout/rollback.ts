@@ -2,9 +2,7 @@
 // the analysis of a new revision that triggers an automatic one. Their state
 // lives in status (./gate.ts declares it), so an operator restart resumes at
 // the same step.
-import type { ConditionInput } from '../model/index.js';
-import type { PlanEvent } from '../model/index.js';
-import { iso } from '../model/index.js';
+import { type ConditionInput, type PlanEvent, iso } from '../model/index.js';
 import { ageRising, RISE_SUSTAIN_MS } from '../scaling/index.js';
 import type { AnalysisState, LastRollback, RolloutState, Trigger } from './gate.js';
 

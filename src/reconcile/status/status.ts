@@ -2,16 +2,18 @@
 // what the reconcile did. Written once per reconcile, and only when it changed.
 import type { ScalingOutcome } from '../scaling/index.js';
 import type { Condition, JobWorkerStatus } from '../../api/jobworker.js';
-import { phaseOf, setCondition, type ConditionInput } from '../model/index.js';
+import {
+  phaseOf,
+  setCondition,
+  type ConditionInput,
+  type Problem,
+  iso,
+  type DeadLetterInput,
+} from '../model/index.js';
 import type { KubeObject } from '../../api/kube-object.js';
 import { revisionOf } from '../children/index.js';
-import type { HistoryEntry } from '../rollout/index.js';
-import type { PauseSwitch } from '../rollout/index.js';
-import type { Problem } from '../model/index.js';
+import type { HistoryEntry, PauseSwitch, RolloutStatus } from '../rollout/index.js';
 import type { WorkerReason } from '../../api/reasons.js';
-import { iso } from '../model/index.js';
-import type { RolloutStatus } from '../rollout/index.js';
-import type { DeadLetterInput } from '../model/index.js';
 
 export interface DeploymentObservation {
   /** the revision its pod template carries */
