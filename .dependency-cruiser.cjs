@@ -21,7 +21,8 @@ module.exports = {
     {
       name: 'no-circular',
       severity: 'error',
-      comment: 'An import circle: the modules in it cannot be understood (or tested) one at a time.',
+      comment:
+        'An import circle: the modules in it cannot be understood (or tested) one at a time.',
       from: { path: '^(src|worker)/' },
       to: { circular: true },
     },
@@ -42,7 +43,8 @@ module.exports = {
     {
       name: 'reconcile-imports-only-api',
       severity: 'error',
-      comment: 'src/reconcile/ decides, without I/O: it may read the API types and nothing else of the project.',
+      comment:
+        'src/reconcile/ decides, without I/O: it may read the API types and nothing else of the project.',
       from: { path: '^src/reconcile/' },
       to: { path: '^(src|worker)/', pathNot: '^src/(reconcile|api)/' },
     },
@@ -61,9 +63,36 @@ module.exports = {
       to: { path: `^src/reconcile/${CONCERNS}/(?!index[.]ts$)` },
     },
     {
+      name: 'model-is-below-every-concern',
+      severity: 'error',
+      comment:
+        'Inside src/reconcile/: model/, then children/ and scaling/, cohort/, rollout/, status/; plan.ts composes them.',
+      from: { path: '^src/reconcile/model/' },
+      to: { path: '^src/reconcile/', pathNot: '^src/reconcile/model/' },
+    },
+    {
+      name: 'children-and-scaling-stand-on-model-alone',
+      severity: 'error',
+      from: { path: '^src/reconcile/(children|scaling)/' },
+      to: { path: '^src/reconcile/', pathNot: '^src/reconcile/(model|$1)/' },
+    },
+    {
+      name: 'cohort-stands-on-scaling-and-model',
+      severity: 'error',
+      from: { path: '^src/reconcile/cohort/' },
+      to: { path: '^src/reconcile/', pathNot: '^src/reconcile/(model|scaling|cohort)/' },
+    },
+    {
+      name: 'rollout-below-status-and-both-below-the-plan',
+      severity: 'error',
+      from: { path: '^src/reconcile/(rollout|status)/' },
+      to: { path: '^src/reconcile/(plan[.]ts$|status/)', pathNot: '^src/reconcile/$1/' },
+    },
+    {
       name: 'edges-never-import-the-shell',
       severity: 'error',
-      comment: 'The edges (kube, signals, dlq, metrics) are called by the shell, never the other way.',
+      comment:
+        'The edges (kube, signals, dlq, metrics) are called by the shell, never the other way.',
       from: { path: '^src/(kube/|signals/|dlq/|metrics[.]ts)' },
       to: { path: '^src/(controller/|cli/|tools/|operator[.]ts|main[.]ts)' },
     },
@@ -76,7 +105,8 @@ module.exports = {
     {
       name: 'cli-never-imports-the-controller',
       severity: 'error',
-      comment: 'The command lines talk to the cluster like a user does, not through the operator’s internals.',
+      comment:
+        'The command lines talk to the cluster like a user does, not through the operator’s internals.',
       from: { path: '^src/cli/' },
       to: { path: '^src/(controller/|tools/|operator[.]ts|main[.]ts)' },
     },

@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration test-e2e-node lint typecheck build release chart-docs bench chaos demo dev images control-plane real-node rabbitmq4 clean deps crds pod-template-schema docs-ref docs-diagram
+.PHONY: node node-path test test-unit test-integration test-e2e-node lint typecheck build release chart-docs bench chaos demo dev images control-plane real-node rabbitmq4 clean deps crds pod-template-schema docs-ref docs-diagram docs-architecture
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -92,6 +92,11 @@ pod-template-schema: node_modules
 ## docs-ref: regenerate docs/reference/ (fields, metrics, reasons, CLI help) from the code (a unit test fails when they drift)
 docs-ref: node_modules
 	node --import tsx src/tools/write-reference.ts
+
+## docs-architecture: draw the layers as the imports have them (docs/layers.dot, .svg), from .dependency-cruiser.cjs (needs dot: apt-get install graphviz)
+docs-architecture: node_modules
+	depcruise src worker --config .dependency-cruiser.cjs --include-only '^(src|worker)/' --collapse '^(src/reconcile/[^/]+/|src/(?!reconcile/)[^/]+/|worker/)' --output-type dot > docs/layers.dot
+	dot -Tsvg docs/layers.dot -o docs/layers.svg
 
 ## docs-diagram: render docs/concepts/architecture.svg from its Graphviz source (needs dot: apt-get install graphviz)
 docs-diagram:
