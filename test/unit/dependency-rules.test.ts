@@ -104,8 +104,6 @@ describe('the layers', () => {
   });
 
   it('are drawn as they are: docs/layers.dot is the imports of today (make docs-architecture)', () => {
-    expect(readFileSync(path.join(repoRoot, 'docs/layers.dot'), 'utf8')).toBe(
-      architectureDot(),
-    );
+    expect(readFileSync(path.join(repoRoot, 'docs/layers.dot'), 'utf8')).toBe(architectureDot());
   });
 });
