@@ -8,7 +8,13 @@ import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
 import pg from 'pg';
 import type { JobWorkerSpec, JobWorkerStatus } from '../api/jobworker.js';
-import { discard, replay, ReplayRefused, type ReplayProgress } from '../dlq/replay.js';
+import {
+  discard,
+  replay,
+  ReplayRefused,
+  type ReplayDeps,
+  type ReplayProgress,
+} from '../dlq/replay.js';
 import { askHold, holdGate, HoldTimeout } from '../dlq/replay-gate.js';
 import { replayRate } from '../dlq/replay-hold.js';
 import { DeadLetterStore, type DeadLetterRow, type Selector } from '../dlq/store.js';
@@ -265,6 +271,20 @@ async function show(store: DeadLetterStore, o: Values, idArg: string | undefined
   return 0;
 }
 
+/** A replay's or discard's checked selection, the audit's names and the broker it acts through. */
+interface ActContext {
+  store: DeadLetterStore;
+  o: Values;
+  queue: string;
+  target: DlqTarget | undefined;
+  selector: Selector;
+  deadLetterQueue: string;
+  initiator: string;
+  reason: string;
+  deps: ReplayDeps;
+  bar: ReturnType<typeof progressBar>;
+}
+
 async function act(
   sub: 'replay' | 'discard',
   store: DeadLetterStore,
@@ -292,115 +312,27 @@ async function act(
   const bar = progressBar(sub);
   try {
     const channel = await conn.createConfirmChannel();
-    const deps = {
+    const deps: ReplayDeps = {
       store,
       channel,
       now: Date.now,
       sleep: (ms: number) => new Promise<void>((r) => setTimeout(r, ms)),
       onProgress: bar.update,
     };
-    let p: ReplayProgress;
-    if (sub === 'discard') {
-      p = await discard(
-        {
-          selector: s,
-          deadLetterQueue,
-          initiator,
-          reason,
-          maxCount: positiveNumber(o['max-count'], '--max-count'),
-        },
-        deps,
-      );
-    } else {
-      const edit = o['edit-payload'];
-      let editedPayload: unknown;
-      if (edit !== undefined) {
-        try {
-          editedPayload = JSON.parse(readFileSync(edit, 'utf8'));
-        } catch (err) {
-          throw new Error(`--edit-payload ${edit}: ${(err as Error).message}`, { cause: err });
-        }
-      }
-      const replayId = `cli-${randomUUID()}`;
-      // Every argument checked before anything waits: a typo is said at once, not after a hold.
-      const requested = positiveNumber(o.rate, '--rate');
-      const burst = positiveNumber(o.burst, '--burst');
-      const maxCount = positiveNumber(o['max-count'], '--max-count');
-      const failureThreshold = positiveNumber(o['failure-threshold'], '--failure-threshold');
-      const holdTimeoutMs = positiveNumber(o['hold-timeout'], '--hold-timeout') * 1000;
-      const waitTimeoutMs = positiveNumber(o['wait-timeout'], '--wait-timeout') * 1000;
-      // While the incident lasts nothing is replayed (../dlq/replay-hold.ts), unless forced.
-      const gate = o.force
-        ? undefined
-        : holdGate({
-            check: async () =>
-              askHold(store, {
-                jobWorker: target?.jobWorker ?? queue,
-                queue,
-                failureClass: s.failureClass,
-                status: (await target?.read())?.status,
-                now: Date.now(),
-              }),
-            onHeld: (h) =>
-              console.error(
-                `held (${h.reason}): ${h.message} Waiting; --force replays anyway (recorded in the audit).`,
-              ),
-            onResumed: (was) => console.error(`the hold ended (${was.reason}): replaying`),
-            now: Date.now,
-            timeoutMs: holdTimeoutMs,
-          });
-      try {
-        await gate?.();
-      } catch (err) {
-        if (!(err instanceof HoldTimeout)) throw err;
-        console.error(`${err.message} Nothing was replayed.`);
-        return 3;
-      }
-      // Replayed jobs share the downstream budget with first attempts: never
-      // faster than it lets the fleet complete them (as a JobReplay), asked
-      // again while the replay runs (the fleet's capacity moves).
-      const allowed = async () => {
-        const jw = await target?.read();
-        return jw ? replayRate(requested, jw.spec, jw.status) : { rate: requested };
-      };
-      const rate = await allowed();
-      if (rate.capped) console.error(`replaying at ${rate.capped}`);
-      const replayed = await replay(
-        {
-          selector: s,
-          deadLetterQueue,
-          replayId,
-          initiator,
-          reason: o.force ? `${reason} (forced: replayed whatever the incident)` : reason,
-          ratePerSecond: rate.rate,
-          burst,
-          maxCount,
-          failureThreshold,
-          editedPayload,
-        },
-        {
-          ...deps,
-          ...(gate && { gate }),
-          ...(target && { rate: async () => (await allowed()).rate }),
-        },
-      ).catch((err: unknown) => {
-        if (!(err instanceof HoldTimeout)) throw err;
-        console.error(`${err.message} The replay stopped there: run it again later.`);
-        return undefined;
-      });
-      if (!replayed) return 3;
-      p = replayed;
-      if (o.wait && !p.stoppedBy) {
-        const until = Date.now() + waitTimeoutMs;
-        while (p.pending > 0 && Date.now() < until) {
-          await new Promise((r) => setTimeout(r, 1000));
-          p = { ...p, ...(await store.replayCounts(replayId)) };
-          bar.update({ ...p, done: false });
-        }
-        p.message = `replayed ${p.replayed}, skipped ${p.skipped} already completed; completed ${p.completed}, failed again ${p.failedAgain}, pending ${p.pending}`;
-      }
-      console.log(`replay id: ${replayId}`);
-    }
+    const c: ActContext = {
+      store,
+      o,
+      queue,
+      target,
+      selector: s,
+      deadLetterQueue,
+      initiator,
+      reason,
+      deps,
+      bar,
+    };
+    const p = sub === 'discard' ? await discardSelected(c) : await replaySelected(c);
+    if (!p) return 3;
     // Closing the channel first: the broker settles its acks before it answers the close.
     await channel.close();
     bar.end();
@@ -409,6 +341,144 @@ async function act(
   } finally {
     await conn.close().catch(() => undefined);
   }
+}
+
+/** `dlq discard`: the selected dead letters resolved as discarded, at most --max-count. */
+async function discardSelected(c: ActContext): Promise<ReplayProgress> {
+  return discard(
+    {
+      selector: c.selector,
+      deadLetterQueue: c.deadLetterQueue,
+      initiator: c.initiator,
+      reason: c.reason,
+      maxCount: positiveNumber(c.o['max-count'], '--max-count'),
+    },
+    c.deps,
+  );
+}
+
+/**
+ * `dlq replay`: after any hold, at the rate the downstream budget allows;
+ * undefined when a hold outlasted --hold-timeout (said on stderr; exit 3).
+ */
+async function replaySelected(c: ActContext): Promise<ReplayProgress | undefined> {
+  const { o } = c;
+  const editedPayload = readEditedPayload(o['edit-payload']);
+  const replayId = `cli-${randomUUID()}`;
+  // Every argument checked before anything waits: a typo is said at once, not after a hold.
+  const requested = positiveNumber(o.rate, '--rate');
+  const burst = positiveNumber(o.burst, '--burst');
+  const maxCount = positiveNumber(o['max-count'], '--max-count');
+  const failureThreshold = positiveNumber(o['failure-threshold'], '--failure-threshold');
+  const holdTimeoutMs = positiveNumber(o['hold-timeout'], '--hold-timeout') * 1000;
+  const waitTimeoutMs = positiveNumber(o['wait-timeout'], '--wait-timeout') * 1000;
+  // While the incident lasts nothing is replayed (../dlq/replay-hold.ts), unless forced.
+  const gate = o.force ? undefined : replayHoldGate(c, holdTimeoutMs);
+  if (!(await waitOutHold(gate))) return undefined;
+  const allowed = () => allowedRate(c.target, requested);
+  const rate = await allowed();
+  if (rate.capped) console.error(`replaying at ${rate.capped}`);
+  const replayed = await replay(
+    {
+      selector: c.selector,
+      deadLetterQueue: c.deadLetterQueue,
+      replayId,
+      initiator: c.initiator,
+      reason: o.force ? `${c.reason} (forced: replayed whatever the incident)` : c.reason,
+      ratePerSecond: rate.rate,
+      burst,
+      maxCount,
+      failureThreshold,
+      editedPayload,
+    },
+    {
+      ...c.deps,
+      ...(gate && { gate }),
+      ...(c.target && { rate: async () => (await allowed()).rate }),
+    },
+  ).catch((err: unknown) => {
+    if (!(err instanceof HoldTimeout)) throw err;
+    console.error(`${err.message} The replay stopped there: run it again later.`);
+    return undefined;
+  });
+  if (!replayed) return undefined;
+  const p =
+    o.wait && !replayed.stoppedBy
+      ? await awaitOutcomes(c, replayed, replayId, waitTimeoutMs)
+      : replayed;
+  console.log(`replay id: ${replayId}`);
+  return p;
+}
+
+/** --edit-payload's JSON, read before anything is replayed. */
+function readEditedPayload(edit: string | undefined): unknown {
+  if (edit === undefined) return undefined;
+  try {
+    return JSON.parse(readFileSync(edit, 'utf8'));
+  } catch (err) {
+    throw new Error(`--edit-payload ${edit}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/** Waits while the JobWorker's incident lasts (askHold), saying so on stderr. */
+function replayHoldGate(c: ActContext, timeoutMs: number): () => Promise<void> {
+  return holdGate({
+    check: async () =>
+      askHold(c.store, {
+        jobWorker: c.target?.jobWorker ?? c.queue,
+        queue: c.queue,
+        failureClass: c.selector.failureClass,
+        status: (await c.target?.read())?.status,
+        now: Date.now(),
+      }),
+    onHeld: (h) =>
+      console.error(
+        `held (${h.reason}): ${h.message} Waiting; --force replays anyway (recorded in the audit).`,
+      ),
+    onResumed: (was) => console.error(`the hold ended (${was.reason}): replaying`),
+    now: Date.now,
+    timeoutMs,
+  });
+}
+
+/** False when a hold outlasted its timeout before the replay began (nothing replayed). */
+async function waitOutHold(gate: (() => Promise<void>) | undefined): Promise<boolean> {
+  try {
+    await gate?.();
+    return true;
+  } catch (err) {
+    if (!(err instanceof HoldTimeout)) throw err;
+    console.error(`${err.message} Nothing was replayed.`);
+    return false;
+  }
+}
+
+/**
+ * Replayed jobs share the downstream budget with first attempts: never
+ * faster than it lets the fleet complete them (as a JobReplay), asked again
+ * while the replay runs (the fleet's capacity moves).
+ */
+async function allowedRate(target: DlqTarget | undefined, requested: number) {
+  const jw = await target?.read();
+  return jw ? replayRate(requested, jw.spec, jw.status) : { rate: requested };
+}
+
+/** --wait: polls the replayed jobs' outcomes each second until none is pending or --wait-timeout passes. */
+async function awaitOutcomes(
+  c: ActContext,
+  replayed: ReplayProgress,
+  replayId: string,
+  waitTimeoutMs: number,
+): Promise<ReplayProgress> {
+  let p = replayed;
+  const until = Date.now() + waitTimeoutMs;
+  while (p.pending > 0 && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 1000));
+    p = { ...p, ...(await c.store.replayCounts(replayId)) };
+    c.bar.update({ ...p, done: false });
+  }
+  p.message = `replayed ${p.replayed}, skipped ${p.skipped} already completed; completed ${p.completed}, failed again ${p.failedAgain}, pending ${p.pending}`;
+  return p;
 }
 
 /** A bar on a TTY, plain lines (at most one a second) otherwise. */

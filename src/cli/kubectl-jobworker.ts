@@ -83,6 +83,14 @@ function globalFlags(argv: string[]): {
   return { ...flags, asGroups, args };
 }
 
+/** What every command acts through: kubectl's client and namespace, and the JobWorker read by name. */
+interface PluginContext {
+  client: KubeClient;
+  namespace: string;
+  /** the JobWorker, or an error saying it does not exist */
+  get(name: string): Promise<JobWorkerObject>;
+}
+
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   if (!command || command === '--help' || command === '-h') {
@@ -93,7 +101,45 @@ async function main(argv: string[]): Promise<number> {
     console.log(`kubectl-jobworker ${packageVersion()}`);
     return 0;
   }
-  const { namespace: ns, kubeconfig, context, as, asGroups, args } = globalFlags(rest);
+  const flags = globalFlags(rest);
+  const { args } = flags;
+  const c = pluginContext(flags);
+
+  switch (command) {
+    case 'status':
+      return statusCommand(c, args);
+    case 'history': {
+      const name = args[0];
+      if (!name) return usage('history NAME');
+      console.log(historyLines(await c.get(name)).join('\n'));
+      return 0;
+    }
+    case 'why': {
+      const name = args[0];
+      if (!name) return usage('why NAME');
+      console.log(whyLines(await c.get(name)).join('\n'));
+      return 0;
+    }
+    case 'undo':
+      return undoCommand(c, args);
+    case 'pause':
+    case 'resume':
+    case 'promote':
+    case 'abort':
+      return rolloutSwitch(c, command, args);
+    case 'dlq':
+      return dlqCommand(c, args);
+    default:
+      console.error(
+        `kubectl jobworker: unknown command "${command}"\n\n${KUBECTL_JOBWORKER_USAGE}`,
+      );
+      return 2;
+  }
+}
+
+/** The client kubectl's global flags name, and the namespace its commands act in. */
+function pluginContext(flags: ReturnType<typeof globalFlags>): PluginContext {
+  const { namespace: ns, kubeconfig, context, as, asGroups } = flags;
   // --kubeconfig replaces KUBECONFIG, as for kubectl itself
   const env = kubeconfig ? { ...process.env, KUBECONFIG: kubeconfig } : process.env;
   const access = KubeAccess.fromDefault(env, context);
@@ -106,114 +152,104 @@ async function main(argv: string[]): Promise<number> {
       if (!jw) throw new Error(`JobWorker ${namespace}/${name} does not exist`);
       return jw;
     });
+  return { client, namespace, get };
+}
 
-  switch (command) {
-    case 'status': {
-      const { values, positionals } = parseArgs({
-        args,
-        allowPositionals: true,
-        options: {
-          watch: { type: 'boolean', short: 'w', default: false },
-          timeout: { type: 'string', default: '10m' },
-        },
-      });
-      const name = positionals[0];
-      if (!name) return usage('status NAME [--watch]');
-      if (!values.watch) {
-        const jw = await get(name);
-        console.log(statusLines(jw).join('\n'));
-        return verdict(jw);
-      }
-      return watch(() => get(name), durationMs(values.timeout));
-    }
-    case 'history': {
-      const name = args[0];
-      if (!name) return usage('history NAME');
-      console.log(historyLines(await get(name)).join('\n'));
-      return 0;
-    }
-    case 'why': {
-      const name = args[0];
-      if (!name) return usage('why NAME');
-      console.log(whyLines(await get(name)).join('\n'));
-      return 0;
-    }
-    case 'undo': {
-      const { values, positionals } = parseArgs({
-        args,
-        allowPositionals: true,
-        options: { 'to-revision': { type: 'string' } },
-      });
-      const name = positionals[0];
-      if (!name) return usage('undo NAME [--to-revision N]');
-      return undo(client, () => get(name), values['to-revision']);
-    }
-    case 'pause':
-    case 'resume':
-    case 'promote':
-    case 'abort': {
-      const { values, positionals } = parseArgs({
-        args,
-        allowPositionals: true,
-        options: { reason: { type: 'string' } },
-      });
-      const name = positionals[0];
-      const reason = values.reason?.trim();
-      if (!name || !reason) return usage(`${command} NAME --reason TEXT`);
-      const jw = await get(name);
-      return command === 'pause' || command === 'resume'
-        ? setPaused(client, jw, command === 'pause', reason)
-        : cohortCommand(client, jw, command, reason);
-    }
-    case 'dlq': {
-      const [sub, name, ...passOn] = args;
-      if (!sub || !name || name.startsWith('-'))
-        return usage('dlq list|show|replay|discard NAME [options]');
-      // through the operator, but for what it cannot do: other statuses than
-      // quarantined, and an edited payload (a file on this machine)
-      const direct = passOn.some((a) => /^--(status|edit-payload)(=|$)/.test(a));
-      if ((sub === 'list' || sub === 'replay') && !direct) {
-        await get(name); // a JobWorker that does not exist is said here, not by the operator
-        return dlqViaOperator(
-          { client, namespace, jobWorker: name, whoAmI: () => whoAmI(client) },
-          sub,
-          passOn,
-        );
-      }
-      const target = await resolveJobWorker(client, namespace, name);
-      if ('problem' in target) throw new Error(target.problem);
-      return runDlq(
-        [
-          sub,
-          ...passOn,
-          '--queue',
-          target.queue,
-          '--dead-letter-queue',
-          target.deadLetterQueue,
-          '--claims-url',
-          target.claimsUrl,
-          '--amqp-url',
-          target.amqpUrl,
-        ],
-        // a replay holds while this JobWorker's status says the incident is on,
-        // and goes no faster than its downstream budget lets the fleet complete
-        {
-          jobWorker: name,
-          authenticatedUser: () => whoAmI(client),
-          read: async () => {
-            const jw = await get(name);
-            const parsed = parseSpec(jw.spec);
-            return { spec: parsed.ok ? parsed.spec : undefined, status: jw.status };
-          },
-        },
-      );
-    }
-    default:
-      console.error(
-        `kubectl jobworker: unknown command "${command}"\n\n${KUBECTL_JOBWORKER_USAGE}`,
-      );
-      return 2;
+/** `status NAME [--watch]`: the view once (exit code: its verdict), or followed until it settles. */
+async function statusCommand(c: PluginContext, args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      watch: { type: 'boolean', short: 'w', default: false },
+      timeout: { type: 'string', default: '10m' },
+    },
+  });
+  const name = positionals[0];
+  if (!name) return usage('status NAME [--watch]');
+  if (!values.watch) {
+    const jw = await c.get(name);
+    console.log(statusLines(jw).join('\n'));
+    return verdict(jw);
   }
+  return watch(() => c.get(name), durationMs(values.timeout));
+}
+
+/** `undo NAME [--to-revision N]` */
+async function undoCommand(c: PluginContext, args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { 'to-revision': { type: 'string' } },
+  });
+  const name = positionals[0];
+  if (!name) return usage('undo NAME [--to-revision N]');
+  return undo(c.client, () => c.get(name), values['to-revision']);
+}
+
+/** `pause|resume|promote|abort NAME --reason TEXT`: the reason is recorded beside who gave it. */
+async function rolloutSwitch(
+  c: PluginContext,
+  command: 'pause' | 'resume' | 'promote' | 'abort',
+  args: string[],
+): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { reason: { type: 'string' } },
+  });
+  const name = positionals[0];
+  const reason = values.reason?.trim();
+  if (!name || !reason) return usage(`${command} NAME --reason TEXT`);
+  const jw = await c.get(name);
+  return command === 'pause' || command === 'resume'
+    ? setPaused(c.client, jw, command === 'pause', reason)
+    : cohortCommand(c.client, jw, command, reason);
+}
+
+/** `dlq list|show|replay|discard NAME [options]`: through the operator, or `jobfleet dlq` run here. */
+async function dlqCommand(c: PluginContext, args: string[]): Promise<number> {
+  const [sub, name, ...passOn] = args;
+  if (!sub || !name || name.startsWith('-'))
+    return usage('dlq list|show|replay|discard NAME [options]');
+  // through the operator, but for what it cannot do: other statuses than
+  // quarantined, and an edited payload (a file on this machine)
+  const direct = passOn.some((a) => /^--(status|edit-payload)(=|$)/.test(a));
+  if ((sub === 'list' || sub === 'replay') && !direct) {
+    await c.get(name); // a JobWorker that does not exist is said here, not by the operator
+    return dlqViaOperator(
+      { client: c.client, namespace: c.namespace, jobWorker: name, whoAmI: () => whoAmI(c.client) },
+      sub,
+      passOn,
+    );
+  }
+  const target = await resolveJobWorker(c.client, c.namespace, name);
+  if ('problem' in target) throw new Error(target.problem);
+  return runDlq(
+    [
+      sub,
+      ...passOn,
+      '--queue',
+      target.queue,
+      '--dead-letter-queue',
+      target.deadLetterQueue,
+      '--claims-url',
+      target.claimsUrl,
+      '--amqp-url',
+      target.amqpUrl,
+    ],
+    // a replay holds while this JobWorker's status says the incident is on,
+    // and goes no faster than its downstream budget lets the fleet complete
+    {
+      jobWorker: name,
+      authenticatedUser: () => whoAmI(c.client),
+      read: async () => {
+        const jw = await c.get(name);
+        const parsed = parseSpec(jw.spec);
+        return { spec: parsed.ok ? parsed.spec : undefined, status: jw.status };
+      },
+    },
+  );
 }
 
 function usage(line: string): number {

@@ -23,28 +23,47 @@ export function redactUrl(url: string): string {
   }
 }
 
+const verifyOptions = {
+  'claims-url': { type: 'string' },
+  schema: { type: 'string' },
+  'max-attempts': { type: 'string' },
+  'management-url': { type: 'string' },
+  vhost: { type: 'string', default: '/' },
+  'dead-letter-queue': { type: 'string' },
+  'settle-seconds': { type: 'string', default: '6' },
+  'effects-table': { type: 'string' },
+  'effects-key': { type: 'string', default: 'key' },
+  'effects-time-column': { type: 'string' },
+  json: { type: 'boolean', default: false },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const;
+
+type VerifyValues = ReturnType<typeof parseArgs<{ options: typeof verifyOptions }>>['values'];
+
+/** The flags checked before anything connects. */
+interface VerifySettings {
+  claimsUrl: string;
+  maxAttempts: number;
+  settleSeconds: number;
+}
+
 export async function runVerify(argv: string[]): Promise<number> {
-  const { values: o } = parseArgs({
-    args: argv,
-    options: {
-      'claims-url': { type: 'string' },
-      schema: { type: 'string' },
-      'max-attempts': { type: 'string' },
-      'management-url': { type: 'string' },
-      vhost: { type: 'string', default: '/' },
-      'dead-letter-queue': { type: 'string' },
-      'settle-seconds': { type: 'string', default: '6' },
-      'effects-table': { type: 'string' },
-      'effects-key': { type: 'string', default: 'key' },
-      'effects-time-column': { type: 'string' },
-      json: { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
+  const { values: o } = parseArgs({ args: argv, options: verifyOptions });
   if (o.help) {
     console.log(VERIFY_HELP);
     return 0;
   }
+  const settings = verifySettings(o);
+  const db = await connectClaims(settings.claimsUrl, o.schema);
+  try {
+    return await verifyClaims(db, o, settings);
+  } finally {
+    await db.end().catch(() => undefined);
+  }
+}
+
+/** Every flag checked, each refused with what it must be. */
+function verifySettings(o: VerifyValues): VerifySettings {
   const claimsUrl = o['claims-url'] ?? process.env.JOBFLEET_CLAIMS_URL;
   if (!claimsUrl) throw new Error('--claims-url is required (or set JOBFLEET_CLAIMS_URL)');
   const maxAttempts = Number(o['max-attempts'] ?? process.env.JOBFLEET_MAX_ATTEMPTS ?? 5);
@@ -57,11 +76,15 @@ export async function runVerify(argv: string[]): Promise<number> {
     );
   if (o.schema !== undefined && !/^[A-Za-z_][A-Za-z0-9_$]*$/.test(o.schema))
     throw new Error(`--schema must be a plain identifier, got "${o.schema}"`);
+  return { claimsUrl, maxAttempts, settleSeconds };
+}
 
+/** A connected client (on --schema's search path), or an error naming the redacted URL. */
+async function connectClaims(claimsUrl: string, schema: string | undefined): Promise<pg.Client> {
   const db = new pg.Client({
     connectionString: claimsUrl,
     connectionTimeoutMillis: 5000,
-    ...(o.schema ? { options: `-c search_path=${o.schema}` } : {}),
+    ...(schema ? { options: `-c search_path=${schema}` } : {}),
   });
   try {
     await db.connect();
@@ -70,40 +93,44 @@ export async function runVerify(argv: string[]): Promise<number> {
       cause: err,
     });
   }
-  try {
-    const { rows } = await db.query<{ t: string | null }>(
-      `select to_regclass('jobfleet_claims')::text as t`,
+  return db;
+}
+
+/** The invariants (and the DLQs' with --management-url), printed; 1 when any is violated. */
+async function verifyClaims(db: pg.Client, o: VerifyValues, s: VerifySettings): Promise<number> {
+  const { rows } = await db.query<{ t: string | null }>(
+    `select to_regclass('jobfleet_claims')::text as t`,
+  );
+  if (!rows[0]?.t)
+    throw new Error(
+      `no jobfleet_claims table in ${redactUrl(s.claimsUrl)}${o.schema ? ` schema ${o.schema}` : ''}: pass --schema, or point --claims-url at the workers' JOBFLEET_CLAIMS_URL`,
     );
-    if (!rows[0]?.t)
-      throw new Error(
-        `no jobfleet_claims table in ${redactUrl(claimsUrl)}${o.schema ? ` schema ${o.schema}` : ''}: pass --schema, or point --claims-url at the workers' JOBFLEET_CLAIMS_URL`,
-      );
-    const effects = o['effects-table']
-      ? effectsInvariant({
-          table: o['effects-table'],
-          keyColumn: o['effects-key'],
-          timeColumn: o['effects-time-column'],
-        })
-      : undefined;
-    const results = await checkInvariants(db, { maxAttempts, extra: effects && [effects] });
-    if (o['management-url'])
-      results.push(
-        await checkDeadLetterQueues(
-          db,
-          o['management-url'],
-          o.vhost,
-          o['dead-letter-queue'],
-          settleSeconds * 1000,
-        ),
-      );
-    const terminal = await terminalKeyCount(db);
-    const failed = results.filter((r) => r.violations > 0);
-    if (o.json) console.log(JSON.stringify({ terminalKeys: terminal, results }, null, 2));
-    else print(redactUrl(claimsUrl), o.schema, terminal, results);
-    return failed.length ? 1 : 0;
-  } finally {
-    await db.end().catch(() => undefined);
-  }
+  const effects = o['effects-table']
+    ? effectsInvariant({
+        table: o['effects-table'],
+        keyColumn: o['effects-key'],
+        timeColumn: o['effects-time-column'],
+      })
+    : undefined;
+  const results = await checkInvariants(db, {
+    maxAttempts: s.maxAttempts,
+    extra: effects && [effects],
+  });
+  if (o['management-url'])
+    results.push(
+      await checkDeadLetterQueues(
+        db,
+        o['management-url'],
+        o.vhost,
+        o['dead-letter-queue'],
+        s.settleSeconds * 1000,
+      ),
+    );
+  const terminal = await terminalKeyCount(db);
+  const failed = results.filter((r) => r.violations > 0);
+  if (o.json) console.log(JSON.stringify({ terminalKeys: terminal, results }, null, 2));
+  else print(redactUrl(s.claimsUrl), o.schema, terminal, results);
+  return failed.length ? 1 : 0;
 }
 
 /**

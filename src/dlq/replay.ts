@@ -172,6 +172,22 @@ export async function discard(req: DiscardRequest, d: ReplayDeps): Promise<Repla
   );
 }
 
+/** A pass in progress: what is still wanted, the rate, and the counts it reports. */
+interface PassState {
+  d: ReplayDeps;
+  req: ReplayRequest;
+  mode: 'replay' | 'discard';
+  /** the selected rows not met yet, by identity */
+  wanted: Map<string, DeadLetterRow>;
+  limiter: RateLimiter;
+  p: ReplayProgress;
+  discarded: number;
+  /** replayed messages since the failure threshold was last checked */
+  sinceCheck: number;
+  rateAskedAt: number;
+  report: () => void;
+}
+
 async function pass(
   rows: DeadLetterRow[],
   d: ReplayDeps,
@@ -180,8 +196,6 @@ async function pass(
   before: ReplayCounts,
 ): Promise<ReplayProgress> {
   const ch = d.channel;
-  const wanted = new Map(rows.map((r) => [identity(r.delivery_id, r.attempts), r]));
-  const limiter = new RateLimiter(req.ratePerSecond, req.burst);
   const p: ReplayProgress = {
     ...before,
     selected: rows.length + before.replayed + before.skipped,
@@ -190,132 +204,186 @@ async function pass(
     done: false,
     message: '',
   };
-  let discarded = 0;
-  let sinceCheck = 0;
-  let rateAskedAt = d.now();
-  const report = () => d.onProgress?.({ ...p });
+  const s: PassState = {
+    d,
+    req,
+    mode,
+    wanted: new Map(rows.map((r) => [identity(r.delivery_id, r.attempts), r])),
+    limiter: new RateLimiter(req.ratePerSecond, req.burst),
+    p,
+    discarded: 0,
+    sinceCheck: 0,
+    rateAskedAt: d.now(),
+    report: () => d.onProgress?.({ ...p }),
+  };
   // Messages dead-lettered during the pass land behind the ones counted here.
-  const depth = wanted.size ? (await ch.checkQueue(req.deadLetterQueue)).messageCount : 0;
-  while (wanted.size && p.scanned < depth && !d.signal?.aborted) {
+  const depth = s.wanted.size ? (await ch.checkQueue(req.deadLetterQueue)).messageCount : 0;
+  while (s.wanted.size && p.scanned < depth && !d.signal?.aborted) {
     if (mode === 'replay') {
-      if (d.gate) {
-        await d.gate();
-        if (d.signal?.aborted) break;
-      }
-      if (d.rate && d.now() - rateAskedAt >= RATE_REFRESH_MS) {
-        rateAskedAt = d.now();
-        limiter.setRate(await d.rate(), rateAskedAt);
-      }
-      // Wait for the rate here, before taking a message, in slices that go back to the gate:
-      // a hold that starts while the replay waits its turn is seen at the gate's next check,
-      // not after a slow rate's whole gap (up to 100 s at 0.01/s).
-      const due = limiter.due(d.now());
-      if (due > 0) {
-        await d.sleep(Math.min(due, RATE_WAIT_SLICE_MS));
-        continue;
-      }
+      const turn = await awaitTurn(s);
+      if (turn === 'stop') break;
+      if (turn === 'wait') continue;
     }
     const m = await ch.get(req.deadLetterQueue, { noAck: false });
     if (!m) break;
     p.scanned++;
-    const row = wanted.get(messageIdentity(m));
-    if (!row) {
-      await putBack(ch, req.deadLetterQueue, m);
-      ch.ack(m);
-      continue;
-    }
-    wanted.delete(messageIdentity(m));
-
+    const row = await matchOrPutBack(s, m);
+    if (!row) continue;
     if (mode === 'discard') {
-      await d.store.resolve(row, {
-        status: 'discarded',
-        action: 'discarded',
-        initiator: req.initiator,
-        reason: req.reason,
-      });
-      ch.ack(m);
-      discarded++;
-      report();
+      await discardOne(s, row, m);
       continue;
     }
+    if (await failureThresholdReached(s, m)) break;
+    await replayOne(s, row, m);
+  }
+  return finishPass(s, rows.length);
+}
 
-    if (++sinceCheck >= (d.checkEvery ?? 1)) {
-      sinceCheck = 0;
-      const counts = await d.store.replayCounts(req.replayId);
-      Object.assign(p, counts);
-      if (counts.failedAgain >= req.failureThreshold) {
-        ch.nack(m, false, true);
-        p.stoppedBy = 'failure-threshold';
-        break;
-      }
-    }
-    const wait = limiter.take(d.now()); // 0 unless the clock stepped back: waited for above
-    if (wait > 0) await d.sleep(wait);
+/**
+ * Before a replay takes a message: the hold gate, the rate asked again when
+ * due, then the rate's turn. 'wait' when the turn has not come yet (go round
+ * again), 'stop' when the pass was aborted while held.
+ */
+async function awaitTurn(s: PassState): Promise<'take' | 'wait' | 'stop'> {
+  const { d } = s;
+  if (d.gate) {
+    await d.gate();
+    if (d.signal?.aborted) return 'stop';
+  }
+  if (d.rate && d.now() - s.rateAskedAt >= RATE_REFRESH_MS) {
+    s.rateAskedAt = d.now();
+    s.limiter.setRate(await d.rate(), s.rateAskedAt);
+  }
+  // Wait for the rate here, before taking a message, in slices that go back to the gate:
+  // a hold that starts while the replay waits its turn is seen at the gate's next check,
+  // not after a slow rate's whole gap (up to 100 s at 0.01/s).
+  const due = s.limiter.due(d.now());
+  if (due > 0) {
+    await d.sleep(Math.min(due, RATE_WAIT_SLICE_MS));
+    return 'wait';
+  }
+  return 'take';
+}
 
-    if (row.key && (await d.store.claimState(row.key)) === 'completed') {
-      // The key completed meanwhile (a later copy ran): never run it twice.
-      await d.store.resolve(row, {
-        status: 'superseded',
-        action: 'skipped_completed',
-        initiator: req.initiator,
-        reason: req.reason,
-        replayId: req.replayId,
-      });
-      ch.ack(m);
-      p.skipped++;
-      report();
-      continue;
-    }
-    const body =
-      req.editedPayload !== undefined ? editBody(m.content, req.editedPayload) : m.content;
-    const deliveryId = `${row.delivery_id}~replay-${req.replayId}`;
-    if (row.key) await d.store.resetClaim(row.key);
-    const props = m.properties;
-    const headers = { ...(props.headers ?? {}) } as Record<string, unknown>;
-    for (const h of [
-      HEADERS.deadLetteredAt,
-      HEADERS.reason,
-      HEADERS.failureClass,
-      HEADERS.lastError,
-      HEADERS.notBefore,
-    ])
-      delete headers[h];
-    await sendConfirmed(ch, row.queue, body, {
-      ...copyProps(props),
-      messageId: deliveryId,
-      timestamp: Math.floor(d.now() / 1000),
-      headers: {
-        ...headers,
-        // back in the work queue now: its age counts from here, not from the first publish
-        [TIMESTAMP_MS_HEADER]: d.now(),
-        [HEADERS.attempt]: 0,
-        [REPLAY_HEADERS.replayOf]: row.id,
-        [REPLAY_HEADERS.replayId]: req.replayId,
-        [REPLAY_HEADERS.replayedBy]: req.initiator,
-      },
-    });
+/** The message's selected row, taken off the wanted list; any other message is put back at the tail. */
+async function matchOrPutBack(s: PassState, m: GetMessage): Promise<DeadLetterRow | undefined> {
+  const ch = s.d.channel;
+  const row = s.wanted.get(messageIdentity(m));
+  if (!row) {
+    await putBack(ch, s.req.deadLetterQueue, m);
+    ch.ack(m);
+    return undefined;
+  }
+  s.wanted.delete(messageIdentity(m));
+  return row;
+}
+
+async function discardOne(s: PassState, row: DeadLetterRow, m: GetMessage): Promise<void> {
+  await s.d.store.resolve(row, {
+    status: 'discarded',
+    action: 'discarded',
+    initiator: s.req.initiator,
+    reason: s.req.reason,
+  });
+  s.d.channel.ack(m);
+  s.discarded++;
+  s.report();
+}
+
+/**
+ * Every `checkEvery` replayed messages: the replay's counts, and whether
+ * enough replayed jobs failed again to stop (the message then goes back).
+ */
+async function failureThresholdReached(s: PassState, m: GetMessage): Promise<boolean> {
+  if (++s.sinceCheck < (s.d.checkEvery ?? 1)) return false;
+  s.sinceCheck = 0;
+  const counts = await s.d.store.replayCounts(s.req.replayId);
+  Object.assign(s.p, counts);
+  if (counts.failedAgain < s.req.failureThreshold) return false;
+  s.d.channel.nack(m, false, true);
+  s.p.stoppedBy = 'failure-threshold';
+  return true;
+}
+
+/** One selected message: skipped if its key completed meanwhile, else republished to its queue. */
+async function replayOne(s: PassState, row: DeadLetterRow, m: GetMessage): Promise<void> {
+  const { d, req } = s;
+  const wait = s.limiter.take(d.now()); // 0 unless the clock stepped back: waited for above
+  if (wait > 0) await d.sleep(wait);
+
+  if (row.key && (await d.store.claimState(row.key)) === 'completed') {
+    // The key completed meanwhile (a later copy ran): never run it twice.
     await d.store.resolve(row, {
-      status: 'replayed',
-      action: 'replayed',
+      status: 'superseded',
+      action: 'skipped_completed',
       initiator: req.initiator,
       reason: req.reason,
       replayId: req.replayId,
-      newPayloadHash: sha256(body),
-      deliveryId,
     });
-    ch.ack(m);
-    p.replayed++;
-    p.pending++;
-    report();
+    d.channel.ack(m);
+    s.p.skipped++;
+    s.report();
+    return;
   }
-  p.notFound = p.stoppedBy || d.signal?.aborted ? 0 : wanted.size;
-  if (mode === 'replay') Object.assign(p, await d.store.replayCounts(req.replayId));
+  await republish(s, row, m);
+}
+
+/** Reset the key's claim → publish the new delivery (confirmed) → resolve the row → ack the DLQ copy. */
+async function republish(s: PassState, row: DeadLetterRow, m: GetMessage): Promise<void> {
+  const { d, req } = s;
+  const body = req.editedPayload !== undefined ? editBody(m.content, req.editedPayload) : m.content;
+  const deliveryId = `${row.delivery_id}~replay-${req.replayId}`;
+  if (row.key) await d.store.resetClaim(row.key);
+  const props = m.properties;
+  const headers = { ...(props.headers ?? {}) } as Record<string, unknown>;
+  for (const h of [
+    HEADERS.deadLetteredAt,
+    HEADERS.reason,
+    HEADERS.failureClass,
+    HEADERS.lastError,
+    HEADERS.notBefore,
+  ])
+    delete headers[h];
+  await sendConfirmed(d.channel, row.queue, body, {
+    ...copyProps(props),
+    messageId: deliveryId,
+    timestamp: Math.floor(d.now() / 1000),
+    headers: {
+      ...headers,
+      // back in the work queue now: its age counts from here, not from the first publish
+      [TIMESTAMP_MS_HEADER]: d.now(),
+      [HEADERS.attempt]: 0,
+      [REPLAY_HEADERS.replayOf]: row.id,
+      [REPLAY_HEADERS.replayId]: req.replayId,
+      [REPLAY_HEADERS.replayedBy]: req.initiator,
+    },
+  });
+  await d.store.resolve(row, {
+    status: 'replayed',
+    action: 'replayed',
+    initiator: req.initiator,
+    reason: req.reason,
+    replayId: req.replayId,
+    newPayloadHash: sha256(body),
+    deliveryId,
+  });
+  d.channel.ack(m);
+  s.p.replayed++;
+  s.p.pending++;
+  s.report();
+}
+
+/** The final counts and message, reported once more with done set. */
+async function finishPass(s: PassState, selectedRows: number): Promise<ReplayProgress> {
+  const { d, req, p } = s;
+  p.notFound = p.stoppedBy || d.signal?.aborted ? 0 : s.wanted.size;
+  if (s.mode === 'replay') Object.assign(p, await d.store.replayCounts(req.replayId));
   p.done = true;
   p.message =
-    mode === 'discard'
-      ? `discarded ${discarded} of ${rows.length} selected${p.notFound ? `; ${p.notFound} not found in ${req.deadLetterQueue}` : ''}`
+    s.mode === 'discard'
+      ? `discarded ${s.discarded} of ${selectedRows} selected${p.notFound ? `; ${p.notFound} not found in ${req.deadLetterQueue}` : ''}`
       : summary(p, req);
-  report();
+  s.report();
   return p;
 }
 
