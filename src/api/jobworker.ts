@@ -4,6 +4,7 @@
 // drift. Field names are public API: add, never rename.
 import { z } from 'zod';
 import { parseWith, type Parsed } from './parse.js';
+import { CONDITION_TYPES } from './reasons.js';
 
 export const GROUP = 'jobfleet.dev';
 export const VERSION = 'v1alpha1';
@@ -345,7 +346,7 @@ export const jobWorkerSpec = z
           .max(86_400)
           .default(600)
           .describe(
-            'Longest backoff between retries (a Retry-After longer than this is honoured up to it)',
+            'Longest backoff between retries; a valid Retry-After is honoured in full even when longer (one of a day or more is ignored)',
           ),
         deadLetterQueue: queueName.optional().describe('Defaults to "<queue>.dlq"'),
         handlerTimeoutSeconds: z
@@ -565,11 +566,7 @@ export const checksOf = (spec: JobWorkerSpec): CohortChecks =>
 export type JobWorkerSpecInput = z.input<typeof jobWorkerSpec>;
 
 export const conditionSchema = z.object({
-  type: z
-    .string()
-    .describe(
-      'The condition type: Available, Progressing, Degraded, Paused, WorkersReady, RolloutBlocked, Draining, ScalingActive, AgeObjectiveMet, DeadLettersOverdue',
-    ),
+  type: z.string().describe(`The condition type: ${CONDITION_TYPES.join(', ')}`),
   status: z.enum(['True', 'False', 'Unknown']).describe('True, False or Unknown'),
   observedGeneration: z
     .number()

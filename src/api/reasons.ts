@@ -144,7 +144,7 @@ export const CONDITIONS = {
       SchemaVersionIncompatible:
         'True. The new revision drops a schema version that messages in the queue still carry.',
       QueueTypeDiffers:
-        'True. spec.queueType differs from the existing queue’s type, which RabbitMQ cannot change in place (docs/compatibility.md).',
+        'True. spec.broker.queueType differs from the existing queue’s type, which RabbitMQ cannot change in place (docs/compatibility.md).',
       ContractUnknown:
         'True. The contract (key rule, schema versions) of the running or the new revision is not known, so the change cannot be checked: re-apply the running spec, or set the change again.',
       RevisionSpecUnknown:
@@ -169,7 +169,7 @@ export const CONDITIONS = {
     },
   },
   AgeObjectiveMet: {
-    means: 'The oldest waiting message is within scaling.targetAgeSeconds.',
+    means: 'The oldest waiting message is within spec.scaling.targetOldestAgeSeconds.',
     reasons: {
       WithinObjective: 'True.',
       OverObjective: 'False. The message names the age and what limits the fleet.',
