@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import { createLogger } from '../worker/log.js';
 import { LeaderElector } from './controller/leader.js';
 import { JobWorkerReconciler } from './controller/reconciler.js';
-import { LeadershipTerm } from './controller/term.js';
+import { LeadershipTerm, type TermDeps } from './controller/term.js';
 import type { KubeClient } from './kube/client.js';
 import { EventRecorder } from './kube/events.js';
 import { requestKind } from './kube/request-kind.js';
@@ -70,18 +70,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const events = new EventRecorder(o.client, 'jobfleet-operator', log, Date.now, () =>
     metrics.apiWrites.inc({ kind: 'Event' }),
   );
-  o.client.observe({
-    request: (method, path, status) => {
-      const k = requestKind(method, path, status);
-      if (k)
-        metrics.apiRequests.inc({
-          verb: k.verbs[0] ?? method.toLowerCase(),
-          resource: k.group ? `${k.resource}.${k.group}` : k.resource,
-          code: String(status),
-        });
-    },
-    connection: (purpose) => metrics.apiConnections.inc({ purpose }),
-  });
+  countApiCalls(o.client, metrics);
   const namespaces = o.namespaces?.length ? o.namespaces : [undefined];
   const deadLetters = new DeadLetterReader();
   // The current leadership term (see ./controller/term.ts); undefined while standing by.
@@ -102,24 +91,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const elector = new LeaderElector(o.client, { ...o.lease, identity: o.identity }, log, {
     onStartedLeading: () => {
       metrics.isLeader.set(1);
-      term = new LeadershipTerm({
-        client: o.client,
-        reconciler,
-        events,
-        log,
-        namespaces,
-        concurrency: o.concurrency ?? DEFAULT_CONCURRENCY,
-        creationWindow: o.creationWindow ?? 50,
-        creationTimeoutMs: o.creationTimeoutMs,
-        resyncMs: o.resyncMs ?? 5 * 60_000,
-        replayProgressMs: o.replayProgressMs,
-        onQueues: (delta) => metrics.workQueues.inc(delta),
-        onRetry: (name) => metrics.workQueueRetries.inc({ name }),
-        onQueued: (name) => metrics.workQueueAdds.inc({ name }),
-        onStarted: (name, ms) => metrics.workQueueWait.observe({ name }, ms / 1000),
-        onWatchRestart: (kind) => metrics.watchRestarts.inc({ kind }),
-        onReconciled: (controller, result) => metrics.reconcileTotal.inc({ controller, result }),
-      });
+      term = newTerm(o, { reconciler, events, log, namespaces }, metrics);
     },
     onStoppedLeading: () => {
       metrics.isLeader.set(0);
@@ -133,27 +105,8 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     },
   });
 
-  const server = http.createServer((req, res) => {
-    const path = (req.url ?? '/').split('?')[0];
-    if (path === '/metrics') {
-      void metrics.registry.metrics().then((body) => {
-        res.writeHead(200, { 'content-type': metrics.registry.contentType });
-        res.end(body);
-      });
-      return;
-    }
-    if (path === '/healthz') {
-      res.writeHead(200).end('ok\n');
-      return;
-    }
-    if (path === '/readyz') {
-      // A standby is ready (it is campaigning); a leader once its caches are synced.
-      const ok = !elector.isLeader || !!term?.synced;
-      res.writeHead(ok ? 200 : 503).end(ok ? 'ok\n' : 'caches not synced\n');
-      return;
-    }
-    res.writeHead(404).end();
-  });
+  // A standby is ready (it is campaigning); a leader once its caches are synced.
+  const server = probeServer(metrics, () => !elector.isLeader || !!term?.synced);
   await new Promise<void>((r) => server.listen(o.port ?? 8080, o.host, r));
   elector.start();
   log.info({ identity: o.identity, namespaces: o.namespaces ?? 'all' }, 'operator started');
@@ -172,4 +125,67 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
       log.info('operator stopped');
     },
   };
+}
+
+/** Counts the client's apiserver requests (by verb, resource and code) and connections. */
+function countApiCalls(client: KubeClient, metrics: OperatorMetrics): void {
+  client.observe({
+    request: (method, path, status) => {
+      const k = requestKind(method, path, status);
+      if (k)
+        metrics.apiRequests.inc({
+          verb: k.verbs[0] ?? method.toLowerCase(),
+          resource: k.group ? `${k.resource}.${k.group}` : k.resource,
+          code: String(status),
+        });
+    },
+    connection: (purpose) => metrics.apiConnections.inc({ purpose }),
+  });
+}
+
+/** A leadership term with the options' settings, its queues and watches counted in `metrics`. */
+function newTerm(
+  o: OperatorOptions,
+  shared: Pick<TermDeps, 'reconciler' | 'events' | 'log' | 'namespaces'>,
+  metrics: OperatorMetrics,
+): LeadershipTerm {
+  return new LeadershipTerm({
+    client: o.client,
+    ...shared,
+    concurrency: o.concurrency ?? DEFAULT_CONCURRENCY,
+    creationWindow: o.creationWindow ?? 50,
+    creationTimeoutMs: o.creationTimeoutMs,
+    resyncMs: o.resyncMs ?? 5 * 60_000,
+    replayProgressMs: o.replayProgressMs,
+    onQueues: (delta) => metrics.workQueues.inc(delta),
+    onRetry: (name) => metrics.workQueueRetries.inc({ name }),
+    onQueued: (name) => metrics.workQueueAdds.inc({ name }),
+    onStarted: (name, ms) => metrics.workQueueWait.observe({ name }, ms / 1000),
+    onWatchRestart: (kind) => metrics.watchRestarts.inc({ kind }),
+    onReconciled: (controller, result) => metrics.reconcileTotal.inc({ controller, result }),
+  });
+}
+
+/** /metrics, /healthz and /readyz (200 when `ready()`, else 503). */
+function probeServer(metrics: OperatorMetrics, ready: () => boolean): http.Server {
+  return http.createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path === '/metrics') {
+      void metrics.registry.metrics().then((body) => {
+        res.writeHead(200, { 'content-type': metrics.registry.contentType });
+        res.end(body);
+      });
+      return;
+    }
+    if (path === '/healthz') {
+      res.writeHead(200).end('ok\n');
+      return;
+    }
+    if (path === '/readyz') {
+      const ok = ready();
+      res.writeHead(ok ? 200 : 503).end(ok ? 'ok\n' : 'caches not synced\n');
+      return;
+    }
+    res.writeHead(404).end();
+  });
 }

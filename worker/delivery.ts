@@ -335,6 +335,14 @@ function observeAge(msg: ConsumeMessage, env: Envelope, d: DeliveryDeps): void {
   if (Number.isFinite(since)) d.metrics.messageAge.observe(Math.max(0, (d.now() - since) / 1000));
 }
 
+/** A transactional run's connection; a broken one is destroyed, not pooled. */
+interface RunTx {
+  client?: pg.PoolClient;
+  /** why the connection may not go back into the pool */
+  broken?: Error;
+  onError?: (err: Error) => void;
+}
+
 async function run(
   msg: ConsumeMessage,
   d: DeliveryDeps,
@@ -347,53 +355,22 @@ async function run(
   const handler = d.handlers.get(env.type) as Handler;
   // Aborted by a lost lease or by the drain deadline; made only if the handler reads it.
   const abort = new RunSignal(d.drainSignal);
-  // Transactional mode holds the claim row's lock instead (see below).
+  // Transactional mode holds the claim row's lock instead (see runInTransaction).
   if (d.mode === 'external') d.leases.hold(env.key, owner, abort);
-  let log: Logger | undefined;
-  // Own getters, as handlers have always had them: a copy ({ ...ctx }) carries signal and log.
-  const ctx: HandlerContext = {
-    key: env.key,
-    attempt,
-    get signal() {
-      return abort.signal;
-    },
-    // a child logger only for handlers that log
-    get log() {
-      return (log ??= d.log.child({ type: env.type, jobId: env.id, attempt }));
-    },
-  };
+  const ctx = handlerContext(d, env, attempt, abort);
   const job: Job = { ...env, attempt, throttled: claim.throttled };
+  const runHandler = () => withDeadline(handler(job, ctx), abort, d);
   const started = d.now();
   d.metrics.inflight.inc();
-  let tx: pg.PoolClient | undefined;
-  // A checked-out client whose backend dies emits 'error' between queries;
-  // unheard, that event would crash the process. The next query fails anyway.
-  let txBroken: Error | undefined;
-  let onTxError: ((err: Error) => void) | undefined;
+  const tx: RunTx = {};
   try {
-    let result: unknown;
     let recorded: boolean;
     if (d.mode === 'transactional') {
-      tx = await d.store.pool.connect();
-      onTxError = (err) => {
-        txBroken = err;
-      };
-      tx.on('error', onTxError);
-      await tx.query('begin');
-      // Renewing inside the transaction takes the claim row's lock: no
-      // takeover can happen until we commit or roll back, however long the
-      // handler runs, and a crash releases it with the connection.
-      if (!(await d.store.renew(env.key, owner, d.leaseSeconds, tx))) {
-        await tx.query('rollback');
-        return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
-      }
-      ctx.tx = tx;
-      result = await withDeadline(handler(job, ctx), abort, d);
-      recorded = await d.store.complete(env.key, owner, result, tx);
-      if (recorded) await tx.query('commit');
-      else await tx.query('rollback');
+      const r = await runInTransaction(d, env, owner, ctx, tx, runHandler);
+      if (r === 'lease_lost') return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
+      recorded = r;
     } else {
-      result = await withDeadline(handler(job, ctx), abort, d);
+      const result = await runHandler();
       recorded = await recordCompletion(d, env.key, owner, result);
     }
     d.metrics.handlerDuration.observe({ type: env.type }, (d.now() - started) / 1000);
@@ -406,29 +383,96 @@ async function run(
     return 'completed';
   } catch (err) {
     d.metrics.handlerDuration.observe({ type: env.type }, (d.now() - started) / 1000);
-    if (tx) await tx.query('rollback').catch(() => undefined);
+    if (tx.client) await tx.client.query('rollback').catch(() => undefined);
     // Only a failed connection means the store is down here: any other error,
     // a transactional handler's own SQL included, is the handler's failure.
     if (err instanceof StoreUnavailable || isConnectionError(err)) {
-      txBroken ??= err as Error;
+      tx.broken ??= err as Error;
       throw err;
     }
     // a hung handler may still use its connection: never back into the pool
-    if (err instanceof HandlerTimedOut) txBroken ??= err;
+    if (err instanceof HandlerTimedOut) tx.broken ??= err;
     if (d.drainSignal.aborted) {
       // Stopped by the drain deadline, not by its own failure: give the claim
       // back (refunding the attempt) and leave the delivery unacked.
       await d.store.releaseForDrain(env.key, owner).catch(() => undefined);
       return 'drained';
     }
+    // Not awaited (as no return here is): the finally below frees the run's
+    // lease and slot once this starts, not once the failure is recorded.
     return failed(msg, d, env, owner, claim, firstSeenAt, err);
   } finally {
-    if (d.mode === 'external') d.leases.release(env.key, owner);
-    abort.done();
-    d.metrics.inflight.dec();
-    if (onTxError) tx?.off('error', onTxError);
-    tx?.release(txBroken); // a broken connection is destroyed, not pooled
+    endRun(d, env.key, owner, abort, tx);
   }
+}
+
+/**
+ * What a handler gets. Own getters, as handlers have always had them: a copy
+ * ({ ...ctx }) carries signal and log.
+ */
+function handlerContext(
+  d: DeliveryDeps,
+  env: Envelope,
+  attempt: number,
+  abort: RunSignal,
+): HandlerContext {
+  let log: Logger | undefined;
+  return {
+    key: env.key,
+    attempt,
+    get signal() {
+      return abort.signal;
+    },
+    // a child logger only for handlers that log
+    get log() {
+      return (log ??= d.log.child({ type: env.type, jobId: env.id, attempt }));
+    },
+  };
+}
+
+/**
+ * Transactional mode: the handler runs inside a transaction that also records
+ * its completion (committed only when recorded). 'lease_lost' when the claim
+ * was taken over before the handler ran.
+ */
+async function runInTransaction(
+  d: DeliveryDeps,
+  env: Envelope,
+  owner: string,
+  ctx: HandlerContext,
+  tx: RunTx,
+  runHandler: () => Promise<unknown>,
+): Promise<boolean | 'lease_lost'> {
+  const client = (tx.client = await d.store.pool.connect());
+  // A checked-out client whose backend dies emits 'error' between queries;
+  // unheard, that event would crash the process. The next query fails anyway.
+  tx.onError = (err) => {
+    tx.broken = err;
+  };
+  client.on('error', tx.onError);
+  await client.query('begin');
+  // Renewing inside the transaction takes the claim row's lock: no
+  // takeover can happen until we commit or roll back, however long the
+  // handler runs, and a crash releases it with the connection.
+  if (!(await d.store.renew(env.key, owner, d.leaseSeconds, client))) {
+    await client.query('rollback');
+    return 'lease_lost';
+  }
+  ctx.tx = client;
+  const result = await runHandler();
+  const recorded = await d.store.complete(env.key, owner, result, client);
+  if (recorded) await client.query('commit');
+  else await client.query('rollback');
+  return recorded;
+}
+
+/** Frees what a run held, however it ended: its lease, its signal, its slot and its connection. */
+function endRun(d: DeliveryDeps, key: string, owner: string, abort: RunSignal, tx: RunTx): void {
+  if (d.mode === 'external') d.leases.release(key, owner);
+  abort.done();
+  d.metrics.inflight.dec();
+  if (tx.onError) tx.client?.off('error', tx.onError);
+  tx.client?.release(tx.broken); // a broken connection is destroyed, not pooled
 }
 
 /** A run past JOBFLEET_HANDLER_TIMEOUT_SECONDS: a retryable failure. */
@@ -493,26 +537,22 @@ async function failed(
 ): Promise<DeliveryResult> {
   const attempt = claim.attempts;
   const message = compactReason(err instanceof Error ? `${err.name}: ${err.message}` : String(err));
-  if (err instanceof Permanent) {
-    return deadLetter(msg, d, {
+  const giveUp = (failureClass: FailureClass, reason: string) =>
+    deadLetter(msg, d, {
       envelope: env,
-      failureClass: 'permanent',
-      reason: message,
+      failureClass,
+      reason,
       attempts: attempt,
       claimOwner: owner,
       firstSeenAt,
     });
-  }
+  if (err instanceof Permanent) return giveUp('permanent', message);
   const throttled = err instanceof Throttled;
   if (!throttled && attempt >= d.maxAttempts) {
-    return deadLetter(msg, d, {
-      envelope: env,
-      failureClass: 'attempts_exhausted',
-      reason: compactReason(`gave up after ${attempt} attempts; last error: ${message}`),
-      attempts: attempt,
-      claimOwner: owner,
-      firstSeenAt,
-    });
+    return giveUp(
+      'attempts_exhausted',
+      compactReason(`gave up after ${attempt} attempts; last error: ${message}`),
+    );
   }
   if (throttled) d.metrics.throttled.inc({ type: env.type });
   // A throttled run's attempt is refunded: its backoff grows with the
@@ -525,37 +565,54 @@ async function failed(
     d.random,
   );
   // Release first, with the retry time, so that no other copy of this key can
-  // run early; then the confirmed retry copy; then the ack. A throttled run
-  // spends no attempt (the dependency was busy, the job did not fail), so a
-  // long throttling incident cannot dead-letter good jobs; it has a ceiling
-  // of its own.
-  if (throttled) {
-    const r = await d.store.releaseForThrottle(
-      env.key,
-      owner,
-      delayMs / 1000,
-      message,
-      d.maxThrottledRetries,
+  // run early; then the confirmed retry copy; then the ack.
+  const released = await releaseClaim(d, env.key, owner, throttled, delayMs, message);
+  if (released === 'lost') return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
+  if (released === 'ceiling') {
+    return giveUp(
+      'attempts_exhausted',
+      compactReason(
+        `the dependency throttled it more than ${d.maxThrottledRetries} times (spec.retry.maxThrottledRetries); last: ${message}`,
+      ),
     );
-    if (r === 'lost') return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
-    if (r === 'ceiling')
-      return deadLetter(msg, d, {
-        envelope: env,
-        failureClass: 'attempts_exhausted',
-        reason: compactReason(
-          `the dependency throttled it more than ${d.maxThrottledRetries} times (spec.retry.maxThrottledRetries); last: ${message}`,
-        ),
-        attempts: attempt,
-        claimOwner: owner,
-        firstSeenAt,
-      });
-  } else if (!(await d.store.releaseForRetry(env.key, owner, delayMs / 1000, message))) {
-    return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
   }
+  return retry(msg, d, env, throttled ? attempt - 1 : attempt, throttled, delayMs, message);
+}
+
+/**
+ * Gives the claim back with its retry time. A throttled run spends no attempt
+ * (the dependency was busy, the job did not fail), so a long throttling
+ * incident cannot dead-letter good jobs; it has a ceiling of its own.
+ */
+async function releaseClaim(
+  d: DeliveryDeps,
+  key: string,
+  owner: string,
+  throttled: boolean,
+  delayMs: number,
+  message: string,
+): Promise<'released' | 'ceiling' | 'lost'> {
+  if (throttled) {
+    return d.store.releaseForThrottle(key, owner, delayMs / 1000, message, d.maxThrottledRetries);
+  }
+  return (await d.store.releaseForRetry(key, owner, delayMs / 1000, message)) ? 'released' : 'lost';
+}
+
+/**
+ * The released claim's confirmed retry copy, then the ack. `spent`: the
+ * attempts spent so far (a throttled run was refunded).
+ */
+async function retry(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  env: Envelope,
+  spent: number,
+  throttled: boolean,
+  delayMs: number,
+  message: string,
+): Promise<DeliveryResult> {
   d.metrics.retries.inc({ type: env.type, reason: throttled ? 'throttled' : 'error' });
   d.metrics.jobs.inc({ type: env.type, outcome: 'retried' });
-  // the attempts spent so far (a throttled run was refunded)
-  const spent = throttled ? attempt - 1 : attempt;
   await publishDelayed(msg, d, delayMs, {
     [HEADERS.attempt]: spent,
     [HEADERS.lastError]: message,
@@ -678,22 +735,9 @@ async function deadLetter(
   // redelivers; the record's (delivery, attempt) uniqueness absorbs the repeat.
   await publishCopy(d, d.deadLetterQueue, msg, {
     timestamp: Math.floor(now / 1000),
-    headers: {
-      [TIMESTAMP_MS_HEADER]: now,
-      [HEADERS.attempt]: x.attempts,
-      [HEADERS.firstSeen]: firstSeen,
-      [HEADERS.deadLetteredAt]: now,
-      [HEADERS.reason]: reason,
-      [HEADERS.failureClass]: x.failureClass,
-      [HEADERS.originalQueue]: d.queue,
-      ...(env.id ? { [HEADERS.jobId]: env.id } : {}),
-      ...(env.key ? { [HEADERS.key]: env.key } : {}),
-      ...(env.type ? { [HEADERS.type]: env.type } : {}),
-      ...(env.schemaVersion !== undefined ? { [HEADERS.schemaVersion]: env.schemaVersion } : {}),
-      ...(d.deadLetterOwner ? { [HEADERS.owner]: d.deadLetterOwner } : {}),
-    },
+    headers: deadLetterHeaders(d, x, reason, firstSeen, now),
   });
-  const record: DeadLetterRecord = {
+  await recordDeadLetter(d, {
     deliveryId,
     jobId: env.id ?? null,
     key: env.key ?? null,
@@ -709,7 +753,52 @@ async function deadLetter(
     firstSeenAt: new Date(firstSeen),
     claimOwner: x.claimOwner,
     payload: d.storeDeadLetterPayloads ? msg.content : null,
+  });
+  const type = knownType(env, d);
+  d.metrics.deadLetters.inc({ type, failure_class: x.failureClass });
+  d.metrics.jobs.inc({ type, outcome: 'dead_lettered' });
+  d.log.warn({ type, jobId: env.id, failureClass: x.failureClass, reason }, 'dead-lettered');
+  d.ack(msg, {
+    deliveryId,
+    jobId: env.id ?? null,
+    key: env.key ?? null,
+    outcome: 'dead_lettered',
+    attempt: x.attempts,
+    ackedAt: d.now(),
+  });
+  return 'dead_lettered';
+}
+
+/** The headers of a dead letter's copy in the quarantine queue (besides the producer's). */
+function deadLetterHeaders(
+  d: DeliveryDeps,
+  x: DeadLetterInput,
+  reason: string,
+  firstSeen: number,
+  now: number,
+): Record<string, unknown> {
+  const env = x.envelope;
+  return {
+    [TIMESTAMP_MS_HEADER]: now,
+    [HEADERS.attempt]: x.attempts,
+    [HEADERS.firstSeen]: firstSeen,
+    [HEADERS.deadLetteredAt]: now,
+    [HEADERS.reason]: reason,
+    [HEADERS.failureClass]: x.failureClass,
+    [HEADERS.originalQueue]: d.queue,
+    ...(env.id ? { [HEADERS.jobId]: env.id } : {}),
+    ...(env.key ? { [HEADERS.key]: env.key } : {}),
+    ...(env.type ? { [HEADERS.type]: env.type } : {}),
+    ...(env.schemaVersion !== undefined ? { [HEADERS.schemaVersion]: env.schemaVersion } : {}),
+    ...(d.deadLetterOwner ? { [HEADERS.owner]: d.deadLetterOwner } : {}),
   };
+}
+
+/**
+ * The dead letter's audit record (and its claim marked dead-lettered);
+ * StoreUnavailable when it cannot be written.
+ */
+async function recordDeadLetter(d: DeliveryDeps, record: DeadLetterRecord): Promise<void> {
   try {
     await d.store.recordDeadLetter(record);
   } catch (err) {
@@ -724,23 +813,10 @@ async function deadLetter(
         key: null,
         type: null,
         schemaVersion: null,
-        reason: compactReason(`${reason} (record sanitized: ${(err as Error).message})`),
+        reason: compactReason(`${record.reason} (record sanitized: ${(err as Error).message})`),
       });
     } catch (again) {
       throw new StoreUnavailable(String(again));
     }
   }
-  const type = knownType(env, d);
-  d.metrics.deadLetters.inc({ type, failure_class: x.failureClass });
-  d.metrics.jobs.inc({ type, outcome: 'dead_lettered' });
-  d.log.warn({ type, jobId: env.id, failureClass: x.failureClass, reason }, 'dead-lettered');
-  d.ack(msg, {
-    deliveryId,
-    jobId: env.id ?? null,
-    key: env.key ?? null,
-    outcome: 'dead_lettered',
-    attempt: x.attempts,
-    ackedAt: d.now(),
-  });
-  return 'dead_lettered';
 }

@@ -48,6 +48,27 @@ export interface ReplayControllerDeps {
 
 type JobReplay = KubeObject & { spec?: unknown; status?: JobReplayStatus };
 
+/** The JobWorker a replay targets: its queues, its broker and its claims database. */
+interface ReplayTarget {
+  queue: string;
+  deadLetterQueue: string;
+  amqpUrl: string;
+  claimsUrl: string;
+}
+
+/** What the phases of one replay run share. */
+interface ReplayRun {
+  jr: JobReplay;
+  spec: JobReplaySpec;
+  t: ReplayTarget;
+  signal: AbortSignal;
+  store: DeadLetterStore;
+  channel: amqp.ConfirmChannel;
+  target: Parameters<EventRecorder['emit']>[0];
+  /** undefined when forced */
+  gate: (() => Promise<void>) | undefined;
+}
+
 const iso = (d: Date) => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 /** While replaying, how often the hold is asked again; while held, how often it is asked whether it ended. */
 
@@ -109,7 +130,7 @@ export class JobReplayController {
   private async run(
     jr: JobReplay,
     spec: JobReplaySpec,
-    t: { queue: string; deadLetterQueue: string; amqpUrl: string; claimsUrl: string },
+    t: ReplayTarget,
     signal: AbortSignal,
   ): Promise<void> {
     const pool = new pg.Pool({
@@ -129,89 +150,15 @@ export class JobReplayController {
       const gate = spec.force ? undefined : this.holdGate(jr, spec, store, t.queue, target, signal);
       await gate?.();
       if (signal.aborted) return;
-      const startedAt = jr.status?.startedAt ?? iso(this.now());
-      if (!jr.status?.startedAt)
-        await this.d.events.emit(
-          target,
-          'Normal',
-          'ReplayStarted',
-          `${spec.initiator} replays dead letters of ${spec.jobWorker} at ${spec.ratePerSecond}/s (max ${spec.maxCount}): ${spec.reason}`,
-        );
-      // Replayed jobs share the downstream budget with first attempts: never
-      // faster than it allows, asked again while the replay runs (the fleet's capacity moves).
-      const allowed = async () => {
-        const jw = await this.d.client.find<KubeObject & { status?: JobWorkerStatus }>(
-          API_VERSION,
-          KIND,
-          jr.metadata.namespace,
-          spec.jobWorker,
-        );
-        const parsed = jw ? parseSpec(jw.spec) : undefined;
-        return replayRate(spec.ratePerSecond, parsed?.ok ? parsed.spec : undefined, jw?.status);
-      };
-      const rate = await allowed();
-      if (rate.capped)
-        await this.d.events.emit(
-          target,
-          'Normal',
-          'ReplayRateCapped',
-          `Replaying at ${rate.capped}.`,
-        );
-      // the cap stays in the message while the pass runs: the plugin prints it
-      const running = rate.capped ? `Replaying at ${rate.capped}.` : 'Replaying.';
-      await this.writeStatus(jr, { phase: 'Running', startedAt, message: running });
-
-      let lastWrite = 0;
-      let writing: Promise<unknown> = Promise.resolve();
-      const progress = (p: ReplayProgress, phase: JobReplayStatus['phase'] = 'Running') =>
-        this.writeStatus(jr, { phase, ...counts(p), message: p.message || running });
-      const p = await replay(
-        {
-          selector: storeSelector(spec, t.queue),
-          deadLetterQueue: t.deadLetterQueue,
-          replayId: jr.metadata.uid as string,
-          initiator: spec.initiator,
-          reason: spec.force
-            ? `${spec.reason} (forced: replayed whatever the incident)`
-            : spec.reason,
-          ratePerSecond: rate.rate,
-          burst: spec.burst,
-          maxCount: spec.maxCount,
-          failureThreshold: spec.failureThreshold,
-        },
-        {
-          store,
-          channel,
-          now: () => this.now().getTime(),
-          sleep: (ms) => sleep(ms),
-          signal,
-          ...(gate && { gate }),
-          rate: async () => (await allowed()).rate,
-          onProgress: (x) => {
-            const now = Date.now();
-            if (x.done || now - lastWrite < (this.d.progressEveryMs ?? 1000)) return;
-            lastWrite = now;
-            writing = writing.then(() => progress(x)).catch(() => undefined);
-          },
-        },
-      );
-      await writing;
+      const run: ReplayRun = { jr, spec, t, signal, store, channel, target, gate };
+      const { rate, running } = await this.begin(run);
+      const p = await this.pass(run, rate, running);
       if (signal.aborted) return;
       if (p.stoppedBy) {
         await this.finish(jr, target, 'Stopped', p, 'Warning', 'ReplayStopped');
         return;
       }
-      // The pass is done; the replayed jobs run on the workers. Wait for them.
-      let last = p;
-      const until = Date.now() + SETTLE_TIMEOUT_MS;
-      while (last.pending > 0 && Date.now() < until && !signal.aborted) {
-        await progress({
-          ...last,
-          message: `Replayed; waiting for ${last.pending} jobs to finish.`,
-        });
-        await new Promise((r) => setTimeout(r, this.d.settlePollMs ?? 2000));
-        last = { ...last, ...(await store.replayCounts(jr.metadata.uid as string)) };
-      }
+      const last = await this.settle(run, p, running);
       if (signal.aborted) return;
       const ok = last.failedAgain === 0 && last.pending === 0 && last.notFound === 0;
       await this.finish(
@@ -226,6 +173,121 @@ export class JobReplayController {
       await conn.close().catch(() => undefined);
       await pool.end().catch(() => undefined);
     }
+  }
+
+  /**
+   * The run starts (its event, the first time only) at the rate the fleet
+   * allows now (an event when capped), and says so in status. `running`: the
+   * status message while the pass runs.
+   */
+  private async begin(run: ReplayRun): Promise<{ rate: number; running: string }> {
+    const { jr, spec, target } = run;
+    const startedAt = jr.status?.startedAt ?? iso(this.now());
+    if (!jr.status?.startedAt)
+      await this.d.events.emit(
+        target,
+        'Normal',
+        'ReplayStarted',
+        `${spec.initiator} replays dead letters of ${spec.jobWorker} at ${spec.ratePerSecond}/s (max ${spec.maxCount}): ${spec.reason}`,
+      );
+    const rate = await this.allowedRate(jr, spec);
+    if (rate.capped)
+      await this.d.events.emit(
+        target,
+        'Normal',
+        'ReplayRateCapped',
+        `Replaying at ${rate.capped}.`,
+      );
+    // the cap stays in the message while the pass runs: the plugin prints it
+    const running = rate.capped ? `Replaying at ${rate.capped}.` : 'Replaying.';
+    await this.writeStatus(jr, { phase: 'Running', startedAt, message: running });
+    return { rate: rate.rate, running };
+  }
+
+  /**
+   * Replayed jobs share the downstream budget with first attempts: never
+   * faster than it allows, asked again while the replay runs (the fleet's capacity moves).
+   */
+  private async allowedRate(jr: JobReplay, spec: JobReplaySpec) {
+    const jw = await this.d.client.find<KubeObject & { status?: JobWorkerStatus }>(
+      API_VERSION,
+      KIND,
+      jr.metadata.namespace,
+      spec.jobWorker,
+    );
+    const parsed = jw ? parseSpec(jw.spec) : undefined;
+    return replayRate(spec.ratePerSecond, parsed?.ok ? parsed.spec : undefined, jw?.status);
+  }
+
+  /**
+   * The pass over the selected dead letters; its progress goes to status at
+   * most every progressEveryMs, one write at a time.
+   */
+  private async pass(run: ReplayRun, rate: number, running: string): Promise<ReplayProgress> {
+    const { jr, spec, t, signal, store, channel, gate } = run;
+    let lastWrite = 0;
+    let writing: Promise<unknown> = Promise.resolve();
+    const p = await replay(
+      {
+        selector: storeSelector(spec, t.queue),
+        deadLetterQueue: t.deadLetterQueue,
+        replayId: jr.metadata.uid as string,
+        initiator: spec.initiator,
+        reason: spec.force
+          ? `${spec.reason} (forced: replayed whatever the incident)`
+          : spec.reason,
+        ratePerSecond: rate,
+        burst: spec.burst,
+        maxCount: spec.maxCount,
+        failureThreshold: spec.failureThreshold,
+      },
+      {
+        store,
+        channel,
+        now: () => this.now().getTime(),
+        sleep: (ms) => sleep(ms),
+        signal,
+        ...(gate && { gate }),
+        rate: async () => (await this.allowedRate(jr, spec)).rate,
+        onProgress: (x) => {
+          const now = Date.now();
+          if (x.done || now - lastWrite < (this.d.progressEveryMs ?? 1000)) return;
+          lastWrite = now;
+          writing = writing.then(() => this.writeProgress(jr, x, running)).catch(() => undefined);
+        },
+      },
+    );
+    await writing;
+    return p;
+  }
+
+  /**
+   * The pass is done; the replayed jobs run on the workers. Wait for them
+   * (SETTLE_TIMEOUT_MS at most).
+   */
+  private async settle(
+    run: ReplayRun,
+    p: ReplayProgress,
+    running: string,
+  ): Promise<ReplayProgress> {
+    const { jr, signal, store } = run;
+    let last = p;
+    const until = Date.now() + SETTLE_TIMEOUT_MS;
+    while (last.pending > 0 && Date.now() < until && !signal.aborted) {
+      await this.writeProgress(
+        jr,
+        { ...last, message: `Replayed; waiting for ${last.pending} jobs to finish.` },
+        running,
+      );
+      await new Promise((r) => setTimeout(r, this.d.settlePollMs ?? 2000));
+      last = { ...last, ...(await store.replayCounts(jr.metadata.uid as string)) };
+    }
+    return last;
+  }
+
+  /** The counts so far in status; `running` unless the pass says something of its own. */
+  private writeProgress(jr: JobReplay, p: ReplayProgress, running: string): Promise<void> {
+    return this.writeStatus(jr, { phase: 'Running', ...counts(p), message: p.message || running });
   }
 
   /**

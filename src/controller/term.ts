@@ -65,110 +65,130 @@ export class LeadershipTerm {
   synced = false;
 
   constructor(private readonly d: TermDeps) {
-    const { log } = d;
     this.replays = new JobReplayController({
       client: d.client,
       events: d.events,
-      log,
+      log: d.log,
       progressEveryMs: d.replayProgressMs,
     });
     this.creations = new CreationWindow({
       size: d.creationWindow ?? 0,
       timeoutMs: d.creationTimeoutMs ?? CREATION_TIMEOUT_MS,
     });
-    const q = (this.queue = new WorkQueue({
-      concurrency: d.concurrency,
-      onError: () => d.onRetry?.('jobworker'),
-      onAdd: () => d.onQueued?.('jobworker'),
-      onStart: (ms) => d.onStarted?.('jobworker', ms),
-    }));
-    const rq = (this.replayQueue = new WorkQueue({
-      concurrency: 2,
-      onError: () => d.onRetry?.('jobreplay'),
-      onAdd: () => d.onQueued?.('jobreplay'),
-      onStart: (ms) => d.onStarted?.('jobreplay', ms),
-    }));
-    const owned = d.namespaces.flatMap((namespace) => {
-      const jobWorkers = new Informer(d.client, {
-        apiVersion: API_VERSION,
-        kind: KIND,
-        onWatchRestart: () => d.onWatchRestart?.(KIND),
-        namespace,
-        // the spec's and metadata's writers are read (who paused, who allowed a key-rule change)
-        dropManagedFields: 'status',
-        resyncMs: d.resyncMs,
-        log,
-        onChange: (key, obj) => {
-          if (!obj) this.creationEnded(key);
-          q.add(key);
-        },
-      });
-      // A Deployment's status changes (pods ready, rollout done) wake its JobWorker.
-      const deployments = this.ownedInformer('apps/v1', 'Deployment', namespace, (key, obj) => {
-        if (obj && hasItsPods(obj)) this.creationEnded(key);
-        // A wake-up of a JobWorker whose children exist: served before first-time creations.
-        q.add(key, true);
-      });
-      // A Service or PDB deleted is put back at once; one edited, at its JobWorker's next
-      // reconcile (each compares them with the watch's copy). Waking on every change would
-      // reconcile each new JobWorker twice more for its own creates.
-      const wake = (key: string, obj: KubeObject | undefined) => {
-        if (!obj) q.add(key, true);
-      };
-      const services = this.ownedInformer('v1', 'Service', namespace, wake);
-      const pdbs = this.ownedInformer('policy/v1', 'PodDisruptionBudget', namespace, wake);
-      // Read at reconciles, never a reason for one: Deployments say when pods change.
-      const pods = this.ownedInformer('v1', 'Pod', namespace, undefined, slimPod);
-      const records = this.ownedInformer('apps/v1', 'ControllerRevision', namespace);
-      const all = [jobWorkers, deployments, services, pdbs, pods, records];
-      for (const i of all) this.caches.set(`${i.kind}/${namespace ?? ''}`, i);
-      return all;
-    });
-    const replayInformers = d.namespaces.map(
-      (namespace) =>
-        new Informer(d.client, {
-          apiVersion: API_VERSION,
-          kind: REPLAY_KIND,
-          onWatchRestart: () => d.onWatchRestart?.(REPLAY_KIND),
-          namespace,
-          resyncMs: d.resyncMs,
-          log,
-          onChange: (key) => rq.add(key),
-        }),
-    );
+    this.queue = this.workQueue('jobworker', d.concurrency);
+    this.replayQueue = this.workQueue('jobreplay', 2);
+    const owned = d.namespaces.flatMap((namespace) => this.ownedInformers(namespace));
+    const replayInformers = d.namespaces.map((namespace) => this.replayInformer(namespace));
     this.informers = [...owned, ...replayInformers];
     this.expiry = setInterval(() => this.startTurns(this.creations.expire(Date.now())), 1000);
     this.expiry.unref();
     d.onQueues?.(2);
+    this.startReplays(replayInformers);
+    this.startReconciles(owned);
+  }
+
+  /** A work queue whose adds, waits and retries are counted under `controller`. */
+  private workQueue(controller: Controller, concurrency: number): WorkQueue {
+    const d = this.d;
+    return new WorkQueue({
+      concurrency,
+      onError: () => d.onRetry?.(controller),
+      onAdd: () => d.onQueued?.(controller),
+      onStart: (ms) => d.onStarted?.(controller, ms),
+    });
+  }
+
+  /** One namespace's watches for the JobWorker reconciles: JobWorkers and what they own. */
+  private ownedInformers(namespace: string | undefined): Informer[] {
+    const d = this.d;
+    const q = this.queue;
+    const jobWorkers = new Informer(d.client, {
+      apiVersion: API_VERSION,
+      kind: KIND,
+      onWatchRestart: () => d.onWatchRestart?.(KIND),
+      namespace,
+      // the spec's and metadata's writers are read (who paused, who allowed a key-rule change)
+      dropManagedFields: 'status',
+      resyncMs: d.resyncMs,
+      log: d.log,
+      onChange: (key, obj) => {
+        if (!obj) this.creationEnded(key);
+        q.add(key);
+      },
+    });
+    // A Deployment's status changes (pods ready, rollout done) wake its JobWorker.
+    const deployments = this.ownedInformer('apps/v1', 'Deployment', namespace, (key, obj) => {
+      if (obj && hasItsPods(obj)) this.creationEnded(key);
+      // A wake-up of a JobWorker whose children exist: served before first-time creations.
+      q.add(key, true);
+    });
+    // A Service or PDB deleted is put back at once; one edited, at its JobWorker's next
+    // reconcile (each compares them with the watch's copy). Waking on every change would
+    // reconcile each new JobWorker twice more for its own creates.
+    const wake = (key: string, obj: KubeObject | undefined) => {
+      if (!obj) q.add(key, true);
+    };
+    const services = this.ownedInformer('v1', 'Service', namespace, wake);
+    const pdbs = this.ownedInformer('policy/v1', 'PodDisruptionBudget', namespace, wake);
+    // Read at reconciles, never a reason for one: Deployments say when pods change.
+    const pods = this.ownedInformer('v1', 'Pod', namespace, undefined, slimPod);
+    const records = this.ownedInformer('apps/v1', 'ControllerRevision', namespace);
+    const all = [jobWorkers, deployments, services, pdbs, pods, records];
+    for (const i of all) this.caches.set(`${i.kind}/${namespace ?? ''}`, i);
+    return all;
+  }
+
+  /** One namespace's JobReplays: each change queues its key. */
+  private replayInformer(namespace: string | undefined): Informer {
+    const d = this.d;
+    return new Informer(d.client, {
+      apiVersion: API_VERSION,
+      kind: REPLAY_KIND,
+      onWatchRestart: () => d.onWatchRestart?.(REPLAY_KIND),
+      namespace,
+      resyncMs: d.resyncMs,
+      log: d.log,
+      onChange: (key) => this.replayQueue.add(key),
+    });
+  }
+
+  /** JobReplays are reconciled once their lists are in. */
+  private startReplays(replayInformers: Informer[]): void {
     void Promise.all(replayInformers.map((i) => i.start())).then(
-      () => rq.start(this.traced('jobreplay', (key) => this.replays.reconcile(key))),
-      (err: Error) => log.error({ err }, 'initial JobReplay list failed'),
+      () => this.replayQueue.start(this.traced('jobreplay', (key) => this.replays.reconcile(key))),
+      (err: Error) => this.d.log.error({ err }, 'initial JobReplay list failed'),
     );
-    // Reconcile only once every cache is filled: a key read from a half-filled cache looks deleted.
+  }
+
+  /** Reconcile only once every cache is filled: a key read from a half-filled cache looks deleted. */
+  private startReconciles(owned: Informer[]): void {
     void Promise.all(owned.map((i) => i.start())).then(
       () => {
         if (this.stopping) return;
         this.synced = true;
-        const reconcile = this.traced('jobworker', async (key) => {
-          try {
-            return await d.reconciler.reconcile(key, this.cache);
-          } catch (err) {
-            // A JobWorker that cannot be created (a Secret missing, an invalid spec)
-            // must not hold a turn while it backs off: it queues again on its retry.
-            // One whose Deployment went out (a later step failed) keeps it until
-            // the Deployment has its pods: the control plane is working on it.
-            const [namespace, name] = key.split('/') as [string, string];
-            if (!d.reconciler.appliedDeployment(namespace, name)) this.creationEnded(key);
-            throw err;
-          }
-        });
+        const reconcile = this.traced('jobworker', (key) => this.reconcileJobWorker(key));
         // A creation waits for its turn (not a reconcile); the window adds the key back then.
-        q.start((key) =>
+        this.queue.start((key) =>
           this.mayCreate(key) ? reconcile(key) : Promise.resolve({ deferred: true }),
         );
       },
-      (err: Error) => log.error({ err }, 'initial list failed'),
+      (err: Error) => this.d.log.error({ err }, 'initial list failed'),
     );
+  }
+
+  /** One JobWorker reconcile; a failed creation gives its turn in the window up. */
+  private async reconcileJobWorker(key: string): Promise<ProcessResult> {
+    try {
+      return await this.d.reconciler.reconcile(key, this.cache);
+    } catch (err) {
+      // A JobWorker that cannot be created (a Secret missing, an invalid spec)
+      // must not hold a turn while it backs off: it queues again on its retry.
+      // One whose Deployment went out (a later step failed) keeps it until
+      // the Deployment has its pods: the control plane is working on it.
+      const [namespace, name] = key.split('/') as [string, string];
+      if (!this.d.reconciler.appliedDeployment(namespace, name)) this.creationEnded(key);
+      throw err;
+    }
   }
 
   /**
