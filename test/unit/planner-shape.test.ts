@@ -1,6 +1,7 @@
-// The planner stays readable as phases: no function in src/reconcile/ grows
-// past 80 lines (a rule that is broken by adding one more branch to a phase
-// instead of a phase of its own). Fails naming each function and its length.
+// The code stays readable as steps: no function in src/ or worker/ grows past
+// 80 lines (a rule that is broken by adding one more branch to a step instead
+// of a step of its own). Declaration tables are the one exception, each named
+// here. Fails naming each function and its length.
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import ts from 'typescript';
@@ -8,6 +9,12 @@ import { describe, expect, it } from 'vitest';
 import { repoRoot } from '../ground/control-plane.js';
 
 const MAX_LINES = 80;
+
+/** Tables of declarations, one entry after another, no logic: the metrics each process exports. */
+const TABLES = [
+  { file: 'src/metrics.ts', name: 'operatorMetrics' },
+  { file: 'worker/metrics.ts', name: 'workerMetrics' },
+];
 
 /** Every function, method and arrow function with a body longer than `max` lines, as file:line name (n lines). */
 export function longFunctions(file: string, text: string, max: number): string[] {
@@ -26,15 +33,22 @@ export function longFunctions(file: string, text: string, max: number): string[]
   return long;
 }
 
-describe('src/reconcile/', () => {
-  it(`has no function over ${MAX_LINES} lines`, () => {
-    const dir = path.join(repoRoot, 'src/reconcile');
-    const long = readdirSync(dir)
-      .filter((f) => f.endsWith('.ts'))
-      .flatMap((f) =>
-        longFunctions(`src/reconcile/${f}`, readFileSync(path.join(dir, f), 'utf8'), MAX_LINES),
-      );
-    expect(long).toEqual([]);
+describe('src/ and worker/', () => {
+  it(`have no function over ${MAX_LINES} lines (the declaration tables aside)`, () => {
+    const long = ['src', 'worker'].flatMap((dir) =>
+      readdirSync(path.join(repoRoot, dir), { recursive: true, encoding: 'utf8' })
+        .filter((f) => f.endsWith('.ts') && !f.split(path.sep).includes('node_modules'))
+        .flatMap((f) => {
+          const file = `${dir}/${f.split(path.sep).join('/')}`;
+          return longFunctions(file, readFileSync(path.join(repoRoot, file), 'utf8'), MAX_LINES);
+        }),
+    );
+    const tables = long.filter((l) =>
+      TABLES.some((t) => l.startsWith(`${t.file}:`) && l.includes(` ${t.name} (`)),
+    );
+    expect(long.filter((l) => !tables.includes(l))).toEqual([]);
+    // each exception still is one: a table that shrank below the limit leaves the list
+    expect(tables).toHaveLength(TABLES.length);
   });
 
   it('the check finds a long function', () => {
