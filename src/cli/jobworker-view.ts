@@ -30,8 +30,15 @@ function ageFrom(st: NonNullable<JobWorkerView['status']>): string {
   if (st.ageSource === 'DeliveryTimestamps') return " (measured from the workers' deliveries)";
   if (st.ageSource !== 'Estimated') return '';
   const why = st.conditions?.find((c) => c.type === 'AgeMeasured' && c.status === 'False')?.reason;
-  return ` (estimated${why ? `: ${why}` : ''})`;
+  const words = why === undefined ? undefined : ESTIMATED_BECAUSE[why];
+  return ` (estimated from depth and rates${words ? `: ${words}` : ''})`;
 }
+
+/** AgeMeasured's False reasons in words (the reason itself, "Estimated", would say it twice). */
+const ESTIMATED_BECAUSE: Record<string, string> = {
+  NoMessageTimestamps: 'deliveries carry no timestamp',
+  Estimated: 'no worker has reported a delivery',
+};
 
 export function statusLines(jw: JobWorkerView, now = new Date()): string[] {
   const st = jw.status ?? {};

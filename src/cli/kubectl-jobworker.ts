@@ -311,7 +311,7 @@ async function undo(
     const jw = await read();
     if (first && jw.metadata.generation !== first.generation) {
       console.error(
-        `${jw.metadata.name}'s spec changed while undo was writing (generation ${first.generation ?? '?'} → ${jw.metadata.generation ?? '?'}); nothing was changed by undo: look at kubectl jobworker status ${jw.metadata.name}, then run undo again if it is still wanted`,
+        `${jw.metadata.name}'s spec changed while undo was writing (generation ${first.generation ?? '?'} → ${jw.metadata.generation ?? '?'}); nothing was changed by undo: look at kubectl jobworker status ${jw.metadata.name} -n ${jw.metadata.namespace}, then run undo again if it is still wanted`,
       );
       return 2;
     }
@@ -330,7 +330,7 @@ async function undo(
       continue;
     }
     console.log(
-      `${jw.metadata.name}: rolling back to revision ${plan.revision} (${plan.image}). The operator drains revision ${jw.status?.currentRevision ?? '?'} first; follow it with: kubectl jobworker status ${jw.metadata.name} --watch`,
+      `${jw.metadata.name}: rolling back to revision ${plan.revision} (${plan.image}). The operator drains revision ${jw.status?.currentRevision ?? '?'} first; follow it with: kubectl jobworker status ${jw.metadata.name} -n ${jw.metadata.namespace} --watch`,
     );
     return 0;
   }
@@ -355,7 +355,7 @@ async function undoPlan(
   if (!target) {
     return {
       problem: to
-        ? `revision ${to} is not in the history of ${jw.metadata.name} (kubectl jobworker history ${jw.metadata.name})`
+        ? `revision ${to} is not in the history of ${jw.metadata.name} (kubectl jobworker history ${jw.metadata.name} -n ${jw.metadata.namespace})`
         : `${jw.metadata.name} has no revision before ${st.currentRevision ?? '?'} to go back to`,
     };
   }
@@ -430,7 +430,7 @@ async function cohortCommand(
   const c = jw.status?.cohort;
   if (!c || c.phase === 'Aborting' || c.phase === 'Promoting') {
     console.error(
-      `${name} has no cohort step to ${action}${c ? ` (its cohort is ${c.phase.toLowerCase()})` : ' (no Cohort rollout in progress)'}; see kubectl jobworker status ${name}`,
+      `${name} has no cohort step to ${action}${c ? ` (its cohort is ${c.phase.toLowerCase()})` : ' (no Cohort rollout in progress)'}; see kubectl jobworker status ${name} -n ${jw.metadata.namespace}`,
     );
     return 1;
   }
@@ -449,8 +449,8 @@ async function cohortCommand(
   );
   console.log(
     action === 'promote'
-      ? `${name}: revision ${c.revision} skips the analysis of step ${c.step} of ${c.steps}. Follow it with: kubectl jobworker status ${name} --watch`
-      : `${name}: aborting revision ${c.revision}: its cohort drains first, revision ${c.stable} keeps the fleet. Follow it with: kubectl jobworker status ${name} --watch`,
+      ? `${name}: revision ${c.revision} skips the analysis of step ${c.step} of ${c.steps}. Follow it with: kubectl jobworker status ${name} -n ${jw.metadata.namespace} --watch`
+      : `${name}: aborting revision ${c.revision}: its cohort drains first, revision ${c.stable} keeps the fleet. Follow it with: kubectl jobworker status ${name} -n ${jw.metadata.namespace} --watch`,
   );
   return 0;
 }
@@ -484,8 +484,8 @@ async function setPaused(
   );
   console.log(
     paused
-      ? `${name}: pausing. Consumers drain within spec.shutdown.drainDeadlineSeconds, then 0 replicas are held; resume with: kubectl jobworker resume ${name} --reason …`
-      : `${name}: resuming; replicas follow the scaler again. Follow it with: kubectl jobworker status ${name} --watch`,
+      ? `${name}: pausing. Consumers drain within spec.shutdown.drainDeadlineSeconds, then 0 replicas are held; resume with: kubectl jobworker resume ${name} -n ${jw.metadata.namespace} --reason …`
+      : `${name}: resuming; replicas follow the scaler again. Follow it with: kubectl jobworker status ${name} -n ${jw.metadata.namespace} --watch`,
   );
   return 0;
 }

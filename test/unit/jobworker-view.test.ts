@@ -62,7 +62,19 @@ describe('kubectl jobworker status: the age and where it comes from', () => {
           { type: 'AgeMeasured', status: 'False', reason: 'NoMessageTimestamps', message: '…' },
         ],
       }),
-    ).toBe('Oldest age:  9 s (estimated: NoMessageTimestamps), depth 40');
+    ).toBe(
+      'Oldest age:  9 s (estimated from depth and rates: deliveries carry no timestamp), depth 40',
+    );
+    // the reason "Estimated" is not said twice
+    expect(
+      line({
+        oldestMessageAgeSeconds: 0,
+        ageSource: 'Estimated',
+        conditions: [{ type: 'AgeMeasured', status: 'False', reason: 'Estimated', message: '…' }],
+      }),
+    ).toBe(
+      'Oldest age:  0 s (estimated from depth and rates: no worker has reported a delivery), depth 40',
+    );
   });
 });
 
