@@ -311,7 +311,10 @@ describe('what the broker refuses, named', () => {
       await eventually('completed after a retry', () =>
         Promise.resolve(w.outcomes.includes('completed') ? true : undefined),
       );
-      expect(w.outcomes).toEqual(['retried', 'completed']);
+      // A copy that must wait again ('delayed': a lease lost under load, a
+      // retry early for its claim) publishes to the same default exchange: the
+      // grant covers it, and it is not what this test is about.
+      expect(w.outcomes.filter((o) => o !== 'delayed')).toEqual(['retried', 'completed']);
       expect(await h.effects(key)).toBe(1);
     } finally {
       await h.rabbit.mgmt.request('DELETE', `/users/${user}`);
