@@ -165,18 +165,39 @@ for (const fault of ['killed (SIGKILL)', 'cut off, then reconnected'] as const) 
         );
         await cluster.reconnect(leader);
       }
-      await eventually(
-        'the node back in the cluster and the queue',
-        async () => {
-          const nodes = await cluster.running(survivor);
-          const q = await queueInfo(queue, cluster.nodes[survivor]!.mgmtUrl);
-          if (nodes.length === 3 && q.online?.length === 3) return true;
-          // thrown, so that a timeout says what the cluster last reported
-          throw new Error(`running ${nodes.join(' ')}; queue online on ${q.online?.join(' ')}`);
-        },
-        120_000,
-        1000,
-      );
-    }, 420_000);
+      const rejoined = (within: number) =>
+        eventually(
+          'the node back in the cluster and the queue',
+          async () => {
+            const nodes = await cluster.running(survivor);
+            const q = await queueInfo(queue, cluster.nodes[survivor]!.mgmtUrl);
+            if (nodes.length === 3 && q.online?.length === 3) return true;
+            // thrown, so that a timeout says what the cluster last reported
+            throw new Error(`running ${nodes.join(' ')}; queue online on ${q.online?.join(' ')}`);
+          },
+          within,
+          1000,
+        );
+      if (fault.startsWith('killed')) await rejoined(120_000);
+      else {
+        // A node paused by pause_minority resumes once it sees the majority
+        // again. On RabbitMQ 4.0 under CI load it once stayed paused past
+        // 120 s (the others running, its queue replica online); the way out
+        // for a person is to restart it, on its data. Either way it must
+        // rejoin: the jobs' guarantees were checked above, this is the broker.
+        const resumed = await rejoined(180_000).then(
+          () => true,
+          (err: unknown) => {
+            console.warn(`the cut-off node did not resume by itself: ${(err as Error).message}`);
+            return false;
+          },
+        );
+        if (!resumed) {
+          await cluster.kill(leader);
+          await cluster.restart(leader);
+          await rejoined(120_000);
+        }
+      }
+    }, 600_000);
   });
 }
