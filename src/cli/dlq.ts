@@ -309,9 +309,13 @@ async function act(
   const conn = await connectAny(amqpUrl, (url) => amqp.connect(url)).catch((err: Error) => {
     throw new Error(`cannot reach ${redactBrokerUrls(amqpUrl)}: ${err.message}`, { cause: err });
   });
+  // A refusal closes the channel (and may close the connection): the operation that caused it
+  // rejects with the broker's words, said below; the event itself must not end the process.
+  conn.on('error', () => undefined);
   const bar = progressBar(sub);
   try {
     const channel = await conn.createConfirmChannel();
+    channel.on('error', () => undefined);
     const deps: ReplayDeps = {
       store,
       channel,
@@ -338,6 +342,9 @@ async function act(
     bar.end();
     console.log(p.message);
     return p.stoppedBy || p.notFound || p.failedAgain ? 1 : 0;
+  } catch (err) {
+    bar.end(); // the error on a line of its own
+    throw err;
   } finally {
     await conn.close().catch(() => undefined);
   }

@@ -143,6 +143,7 @@ export class JobReplayController {
     conn.on('error', () => undefined);
     try {
       const channel = await conn.createConfirmChannel();
+      channel.on('error', () => undefined); // a refusal rejects the operation that caused it
       await new ClaimStore(pool).migrate(); // the audit tables, when no worker of this version ran yet
       const store = new DeadLetterStore(pool);
       const target = eventTarget({ ...jr, apiVersion: API_VERSION, kind: REPLAY_KIND });

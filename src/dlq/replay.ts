@@ -77,6 +77,25 @@ export class ReplayRefused extends Error {
   override readonly name = 'ReplayRefused';
 }
 
+/**
+ * The broker refused the broker user an operation of the pass (ACCESS_REFUSED):
+ * no retry fixes it. Its message says what a replay and a discard need, with
+ * RabbitMQ's own words (which name the queue or exchange refused).
+ */
+class BrokerRefused extends Error {
+  override readonly name = 'BrokerRefused';
+}
+
+function refusal(err: unknown, mode: 'replay' | 'discard', deadLetterQueue: string): unknown {
+  const message = err instanceof Error ? err.message : String(err);
+  if (!/ACCESS[-_]REFUSED/.test(message)) return err;
+  const words = /ACCESS[-_]REFUSED - (.*?)"?$/.exec(message)?.[1] ?? 'ACCESS_REFUSED';
+  return new BrokerRefused(
+    `RabbitMQ refused the ${mode} (${words}): a ${mode} needs read permission on the dead-letter queue "${deadLetterQueue}" and write on the default exchange (amq.default); docs/compatibility.md#permissions has the grant`,
+    { cause: err },
+  );
+}
+
 /** The longest a replay sleeps for its rate before it asks its hold gate again. */
 const RATE_WAIT_SLICE_MS = 1000;
 
@@ -189,6 +208,20 @@ interface PassState {
 }
 
 async function pass(
+  rows: DeadLetterRow[],
+  d: ReplayDeps,
+  req: ReplayRequest,
+  mode: 'replay' | 'discard',
+  before: ReplayCounts,
+): Promise<ReplayProgress> {
+  try {
+    return await passOver(rows, d, req, mode, before);
+  } catch (err) {
+    throw refusal(err, mode, req.deadLetterQueue);
+  }
+}
+
+async function passOver(
   rows: DeadLetterRow[],
   d: ReplayDeps,
   req: ReplayRequest,

@@ -281,46 +281,6 @@ describe('what the broker refuses, named', () => {
     }
   });
 
-  it('a least-privilege broker user, as docs/compatibility.md grants it, is enough: configure and read on its own queues, write on the default exchange', async () => {
-    const user = `jf-${randomBytes(3).toString('hex')}`;
-    await h.rabbit.mgmt.request('PUT', `/users/${user}`, { password: 'pw-least', tags: '' });
-    try {
-      await h.rabbit.mgmt.request(
-        'PUT',
-        `/permissions/${encodeURIComponent(h.rabbit.vhost)}/${user}`,
-        {
-          configure: '^least\\.q(\\.dlq|\\.delivery-limit|\\.retry\\.[0-9]+s)?$',
-          write: '^amq\\.default$',
-          read: '^least\\.q(\\.delivery-limit|\\.retry\\.[0-9]+s)?$',
-        },
-      );
-      const url = new URL(h.rabbit.amqpUrl);
-      url.username = user;
-      url.password = 'pw-least';
-      let runs = 0;
-      const w = await h.startWorker({
-        config: { queue: 'least.q', queueType: 'quorum', brokerUrl: url.toString() },
-        handlers: {
-          // a retry (a publish to a delay queue) on the way, then a completion
-          ship: h.effectHandler(() => {
-            if (++runs === 1) throw new Error('once');
-          }),
-        },
-      });
-      const { key } = await job('least.q', 'lp-1');
-      await eventually('completed after a retry', () =>
-        Promise.resolve(w.outcomes.includes('completed') ? true : undefined),
-      );
-      // A copy that must wait again ('delayed': a lease lost under load, a
-      // retry early for its claim) publishes to the same default exchange: the
-      // grant covers it, and it is not what this test is about.
-      expect(w.outcomes.filter((o) => o !== 'delayed')).toEqual(['retried', 'completed']);
-      expect(await h.effects(key)).toBe(1);
-    } finally {
-      await h.rabbit.mgmt.request('DELETE', `/users/${user}`);
-    }
-  });
-
   it('a queue declared elsewhere with other arguments: QueueArgumentsDiffer, naming the argument', async () => {
     // as a producer or the messaging-topology-operator might have declared it
     await h.ch.assertQueue('args.q', { durable: true, arguments: { 'x-queue-type': 'quorum' } });
