@@ -131,10 +131,11 @@ demo: node_modules control-plane
 
 ## dev: the dev ground for trying things by hand (the README tour): a control plane whose one
 ## node runs every pod — the chart's operator, the workers — as a process here, and the registry
-## the tour pushes to; NODE=real runs them in containers under a real kubelet instead
-## (docs/real-node.md; needs root). Ctrl-C stops it
+## the tour pushes to (localhost:5000; REGISTRY_PORT=N for localhost:N); NODE=real runs them in
+## containers under a real kubelet instead (docs/real-node.md; needs root). Ctrl-C, or SIGTERM or
+## SIGINT to make alone, stops all of it and says so (`exec`: node is make's own child)
 dev: node_modules control-plane real-node
-	node --import tsx examples/dev/dev.ts $(if $(filter real,$(NODE)),--real-node)
+	exec node --import tsx examples/dev/dev.ts $(if $(filter real,$(NODE)),--real-node) $(if $(REGISTRY_PORT),--registry-port $(REGISTRY_PORT))
 
 ## images: the operator and example-worker images from the Dockerfile, built with buildah (Debian's
 ## package, installed when missing: no Docker engine needed); prints each one's digest and size.

@@ -22,12 +22,16 @@ const rabbitmq4Only = ['rabbitmq-cluster', 'rabbitmq-alarms', 'private-ca'].map(
   (f) => `test/integration/${f}.test.ts`,
 );
 
-/** Suites that never talk to a broker: they run once. */
+/**
+ * Suites that never talk to a broker, or (make-dev) only to the machine's one, as `make dev`
+ * prints it, whichever the project's broker: they run once.
+ */
 const brokerless = [
   'chart',
   'control-plane-teardown',
   'jobworker-crd',
   'leadership',
+  'make-dev',
   'operator',
   'packages',
   'plugin',

@@ -94,6 +94,12 @@ export async function startControlPlane(
      * reach it there through the `kubernetes` Service, whose endpoints the apiserver then keeps.
      */
     address?: string;
+    /**
+     * How the apiserver reaches kubelets (logs, exec): the client certificate it presents, and
+     * the CA that signed their serving certificates. Unset, it presents none and verifies none
+     * (the real node's kubelet allows anonymous requests and signs its own certificate).
+     */
+    kubeletTls?: { certFile: string; keyFile: string; caFile: string };
   } = {},
 ): Promise<ControlPlane> {
   const assets = opts.assets ?? assetsDir();
@@ -177,6 +183,13 @@ export async function startControlPlane(
       `--endpoint-reconciler-type=${address === '127.0.0.1' ? 'none' : 'lease'}`,
       // a node's name resolves nowhere here: reach kubelets (logs, exec) at their addresses
       '--kubelet-preferred-address-types=InternalIP',
+      ...(opts.kubeletTls
+        ? [
+            `--kubelet-client-certificate=${opts.kubeletTls.certFile}`,
+            `--kubelet-client-key=${opts.kubeletTls.keyFile}`,
+            `--kubelet-certificate-authority=${opts.kubeletTls.caFile}`,
+          ]
+        : []),
       // No node-lifecycle controller runs to lift the not-ready taint this
       // plugin puts on new (fake) nodes, so pods would never schedule.
       '--disable-admission-plugins=TaintNodesByCondition',

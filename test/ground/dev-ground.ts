@@ -3,7 +3,10 @@
 // operator and the JobWorkers' workers alike. `make dev` starts it for trying
 // things by hand, and the README tour test runs the tour on it. The runner
 // maps the images `make images` names to their entrypoints here (what those
-// images run); any other image's pod fails, saying so.
+// images run); any other image's pod fails, saying so. Its node serves the
+// kubelet's log API, so `kubectl logs` works on every pod: the apiserver
+// reaches it with a client certificate of the ground's CA, and trusts the
+// runner's serving certificate only as that CA's.
 import { KubeClient } from '../../src/kube/client.js';
 import { compiled } from './compiled.js';
 import path from 'node:path';
@@ -12,7 +15,7 @@ import { loadKubeConfig } from './kube.js';
 import { LocalRunner } from './local-runner.js';
 import { nodeAssets } from './real-node.js';
 import { startRegistry, type Registry } from './registry.js';
-import { privateCa, type PrivateCa } from './tls.js';
+import { clientCertificate, privateCa } from './tls.js';
 
 /** What `make images` builds, by repository name: the entrypoint each image runs (compiled, as there). */
 export const DEV_IMAGES: Record<string, string> = {
@@ -51,21 +54,31 @@ export interface DevGround {
 /**
  * `hosts`: in-cluster names the pods resolve (name → address), as cluster DNS
  * would give them; this machine's own processes do not (./cluster-dns.mjs).
- * `registry`: the ground's private registry on localhost:5000 too (one per machine).
+ * `registry`: the ground's private registry on localhost:5000 too (one per machine), or on
+ * localhost:`registryPort`.
  */
 export async function startDevGround(
-  o: { hosts?: Record<string, string>; registry?: boolean } = {},
+  o: { hosts?: Record<string, string>; registry?: boolean; registryPort?: number } = {},
 ): Promise<DevGround> {
-  const plane = await startControlPlane({ fakeNode: false });
-  let ca: PrivateCa | undefined;
+  // one CA for the registry's certificate, the runner's kubelet port and the apiserver's client
+  const ca = await privateCa();
+  let plane: ControlPlane | undefined;
   let registry: Registry | undefined;
+  let runner: LocalRunner | undefined;
   try {
-    if (o.registry) {
-      ca = await privateCa();
-      registry = await startRegistry({ binary: path.join(nodeAssets(), 'bin/registry'), ca });
-    }
+    const kubeletClient = await clientCertificate(ca, 'kube-apiserver-kubelet-client');
+    plane = await startControlPlane({
+      fakeNode: false,
+      kubeletTls: { ...kubeletClient, caFile: ca.caFile },
+    });
+    if (o.registry)
+      registry = await startRegistry({
+        binary: path.join(nodeAssets(), 'bin/registry'),
+        ca,
+        port: o.registryPort,
+      });
     const client = new KubeClient(loadKubeConfig(plane.kubeconfigPath));
-    const runner = new LocalRunner({
+    runner = new LocalRunner({
       client,
       nodeName: 'dev-node',
       untainted: true,
@@ -73,23 +86,28 @@ export async function startDevGround(
       // The operator's pod reaches the apiserver as the ground's admin (no service account tokens here).
       env: { KUBECONFIG: plane.kubeconfigPath, ...clusterDns(o.hosts) },
       inheritStderr: !!process.env.JOBFLEET_TEST_LOG,
+      // what the pods log by default, as on a node: `kubectl logs` shows it
+      logLevel: process.env.JOBFLEET_TEST_LOG ?? 'info',
+      kubelet: { certFile: ca.certFile, keyFile: ca.keyFile, caFile: ca.caFile },
     });
     await runner.start();
+    const [started, running] = [plane, runner];
     return {
       plane,
       runner,
       registry,
       stop: async () => {
-        await runner.stop(3000);
+        await running.stop(3000);
         await registry?.stop();
-        ca?.cleanup();
-        await plane.stop();
+        await started.stop();
+        ca.cleanup();
       },
     };
   } catch (err) {
+    await runner?.stop(0);
     await registry?.stop();
-    ca?.cleanup();
-    await plane.stop();
+    await plane?.stop();
+    ca.cleanup();
     throw err;
   }
 }

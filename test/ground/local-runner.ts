@@ -14,17 +14,25 @@
 // restarts a crashed process (counting restarts, keeping the tail of its
 // output as the last termination message, as FallbackToLogsOnError does),
 // and on deletion sends SIGTERM, then SIGKILL at the end of the grace
-// period, and removes the pod once the process has exited.
+// period, and removes the pod once the process has exited. Given a serving
+// certificate (`kubelet`), it also serves the kubelet's containerLogs API over
+// TLS on a port of its own, which the Node reports as its kubelet endpoint:
+// `kubectl logs` (with -c, --previous, -f, --tail…) then works on its pods,
+// from the bounded log it keeps of each process's stdout and stderr
+// (./container-logs.ts).
 //
 // Pods opt in with the node selector `jobfleet.dev/runner: local` and the
 // runner's toleration (the node is tainted, so kwok's fake node keeps running
 // everything else); `runnerPodTemplate(nodeName)` also pins them to one runner.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomInt } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import https from 'node:https';
 import net from 'node:net';
 import pino from 'pino';
 import { Informer } from '../../src/controller/informer.js';
 import type { KubeClient, KubeObject } from '../../src/kube/client.js';
+import { ContainerLog, serveContainerLogs } from './container-logs.js';
 import { repoRoot } from './control-plane.js';
 
 export const RUNNER_LABEL = 'jobfleet.dev/runner';
@@ -59,6 +67,13 @@ export interface LocalRunnerOptions {
   env?: Record<string, string>;
   /** passes the processes' stderr through (debugging) */
   inheritStderr?: boolean;
+  /** LOG_LEVEL for a pod whose env sets none (default JOBFLEET_TEST_LOG, else error) */
+  logLevel?: string;
+  /**
+   * Serves the kubelet's containerLogs API (`kubectl logs`) on 127.0.0.1, over TLS with this
+   * certificate, to clients whose certificate `caFile` signed: the apiserver's kubelet client.
+   */
+  kubelet?: { certFile: string; keyFile: string; caFile: string };
   /**
    * Runs every pod the scheduler places here (`make dev`, the README tour:
    * a cluster whose only node is this one). By default the node is tainted
@@ -114,6 +129,14 @@ export class LocalRunner {
   private readonly starting = new Set<string>();
   /** pods whose process crashed and waits for its restart: only the restart timer starts it */
   private readonly backingOff = new Set<string>();
+  /** pod → its container's logs: the current (or last) process's and the one before */
+  private readonly logs = new Map<
+    string,
+    { container: string; current: ContainerLog; previous?: ContainerLog }
+  >();
+  private server: https.Server | undefined;
+  /** the kubelet port the Node reports (0: none served) */
+  private kubeletPort = 0;
   private informer: Informer | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private prober: NodeJS.Timeout | undefined;
@@ -124,6 +147,7 @@ export class LocalRunner {
   }
 
   async start(): Promise<void> {
+    if (this.o.kubelet) await this.serveLogs(this.o.kubelet);
     await this.registerNode();
     this.heartbeat = setInterval(() => void this.renew().catch(() => undefined), 5000);
     this.informer = new Informer(this.o.client, {
@@ -136,6 +160,45 @@ export class LocalRunner {
     });
     await this.informer.start();
     this.prober = setInterval(() => void this.probe(), 500);
+  }
+
+  /** The kubelet port: GET /containerLogs/NS/POD/CONTAINER, for the apiserver's kubelet client. */
+  private async serveLogs(tls: NonNullable<LocalRunnerOptions['kubelet']>): Promise<void> {
+    const server = https.createServer(
+      {
+        cert: readFileSync(tls.certFile),
+        key: readFileSync(tls.keyFile),
+        ca: readFileSync(tls.caFile),
+        requestCert: true,
+        rejectUnauthorized: true,
+      },
+      (req, res) => serveContainerLogs(req, res, (...a) => this.logsOf(...a)),
+    );
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => resolve());
+    });
+    this.server = server;
+    this.kubeletPort = (server.address() as net.AddressInfo).port;
+  }
+
+  /** A pod's container log as the kubelet finds it, or its words when there is none. */
+  private logsOf(namespace: string, name: string, container: string, previous: boolean) {
+    const pod = `pod "${name}" in namespace "${namespace}"`;
+    const l = this.logs.get(`${namespace}/${name}`);
+    if (!l) return { status: 404, message: `${pod} has no container on node ${this.nodeName}` };
+    if (container !== l.container)
+      return {
+        status: 400,
+        message: `container "${container}" of ${pod} does not run on the dev ground: its local runner runs the first container only ("${l.container}")`,
+      };
+    if (!previous) return l.current;
+    return (
+      l.previous ?? {
+        status: 400,
+        message: `previous terminated container "${container}" in ${pod} not found`,
+      }
+    );
   }
 
   private record(pod: Pod | undefined, name: string, kind: RunnerEvent['kind'], detail?: string) {
@@ -193,6 +256,10 @@ export class LocalRunner {
             },
           ],
           addresses: [{ type: 'InternalIP', address: '127.0.0.1' }],
+          // where the apiserver reaches the kubelet API (logs) at the InternalIP
+          ...(this.kubeletPort && {
+            daemonEndpoints: { kubeletEndpoint: { Port: this.kubeletPort } },
+          }),
         },
       },
       'local-runner',
@@ -288,7 +355,7 @@ export class LocalRunner {
       env: {
         ...process.env,
         // errors at least: a worker that refuses to start says why in its last line
-        LOG_LEVEL: process.env.JOBFLEET_TEST_LOG ?? 'error',
+        LOG_LEVEL: this.o.logLevel ?? process.env.JOBFLEET_TEST_LOG ?? 'error',
         ...(await this.env(pod, ip)),
         ...this.o.env,
         JOBFLEET_METRICS_PORT: String(port),
@@ -299,6 +366,9 @@ export class LocalRunner {
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
+    const log = new ContainerLog();
+    const before = this.logs.get(key);
+    this.logs.set(key, { container: container.name, current: log, previous: before?.current });
     const r: Running = {
       proc,
       container: container.name,
@@ -310,14 +380,17 @@ export class LocalRunner {
       terminating: false,
       exited: new Promise((resolve) => proc.once('exit', () => resolve())),
     };
-    const keep = (b: Buffer) => {
+    const keep = (stream: 'stdout' | 'stderr') => (b: Buffer) => {
       r.tail = (r.tail + b.toString()).slice(-2048);
+      log.write(stream, b);
       if (this.o.inheritStderr) process.stderr.write(b);
     };
-    proc.stdout?.on('data', keep);
-    proc.stderr?.on('data', keep);
+    proc.stdout?.on('data', keep('stdout'));
+    proc.stderr?.on('data', keep('stderr'));
     this.running.set(key, r);
     this.record(pod, name, 'started', `pid ${proc.pid}`);
+    // after 'exit', once stdout and stderr are drained: the log ends, and so does -f
+    proc.once('close', () => log.end());
     void r.exited.then(async () => {
       this.record(pod, name, 'exited', `code ${proc.exitCode ?? proc.signalCode}`);
       if (r.terminating || this.stopped) return;
@@ -362,6 +435,7 @@ export class LocalRunner {
         `/api/v1/namespaces/${pod.metadata.namespace}/pods/${pod.metadata.name}?gracePeriodSeconds=0`,
       )
       .catch(() => undefined); // already gone
+    this.logs.delete(`${pod.metadata.namespace}/${pod.metadata.name}`);
     this.record(pod, pod.metadata.name, 'removed');
   }
 
@@ -445,6 +519,11 @@ export class LocalRunner {
     );
   }
 
+  /** The pods whose process runs now (namespace/name), with its pid. */
+  processes(): Array<{ pod: string; pid: number }> {
+    return [...this.running].map(([pod, r]) => ({ pod, pid: r.proc.pid ?? 0 }));
+  }
+
   /** Stops every process (SIGTERM, then SIGKILL after `graceMs`) and the node heartbeat. */
   async stop(graceMs = 5000): Promise<void> {
     this.stopped = true;
@@ -461,7 +540,21 @@ export class LocalRunner {
       }),
     );
     this.running.clear();
-    await this.o.client.request('DELETE', `/api/v1/nodes/${this.nodeName}`).catch(() => undefined);
+    // bounded: an apiserver that is going down too (Ctrl-C signals the whole group) answers nothing
+    await this.o.client
+      .request(
+        'DELETE',
+        `/api/v1/nodes/${this.nodeName}`,
+        undefined,
+        'application/json',
+        AbortSignal.timeout(3000),
+      )
+      .catch(() => undefined);
+    if (this.server) {
+      const closed = new Promise((r) => this.server!.close(r));
+      this.server.closeAllConnections();
+      await closed;
+    }
   }
 }
 

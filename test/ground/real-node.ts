@@ -74,7 +74,10 @@ export interface RealNodeGround {
   stop(): Promise<void>;
 }
 
-export async function startRealNodeGround(): Promise<RealNodeGround> {
+/** `registryPort`: the registry's port, when not 5000 (its host is then localhost:PORT). */
+export async function startRealNodeGround(
+  o: { registryPort?: number } = {},
+): Promise<RealNodeGround> {
   if (process.getuid?.() !== 0)
     throw new Error('the real node needs root (containerd, runc, iptables)');
   const assets = nodeAssets();
@@ -114,7 +117,12 @@ export async function startRealNodeGround(): Promise<RealNodeGround> {
   try {
     await networkUp();
     ca = await privateCa();
-    registry = await startRegistry({ binary: bin('registry'), ca, under: dir });
+    registry = await startRegistry({
+      binary: bin('registry'),
+      ca,
+      under: dir,
+      port: o.registryPort,
+    });
     plane = await startControlPlane({ fakeNode: false, address: HOST_ADDRESS });
 
     const sock = path.join(dir, 'containerd.sock');

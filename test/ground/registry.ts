@@ -2,7 +2,7 @@
 // registry (built by build-node.sh) serving TLS with the ground's own CA and
 // basic auth, so a pull needs credentials — a pod's imagePullSecrets — and a
 // client that trusts the CA. It listens on localhost:5000, the name the README
-// tour pushes to, so one runs per machine.
+// tour pushes to, so one runs per machine (or on another port, when asked).
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
@@ -44,13 +44,17 @@ export function dockerConfig(host: string, username: string, password: string): 
 
 /**
  * Its storage and config live in a temp folder of its own (in `under`, when given: the real
- * node's, whose teardown then covers it), removed when it stops.
+ * node's, whose teardown then covers it), removed when it stops. `port`: 5000 unless given (then
+ * its host is localhost:PORT).
  */
 export async function startRegistry(o: {
   binary: string;
   ca: PrivateCa;
   under?: string;
+  port?: number;
 }): Promise<Registry> {
+  const port = o.port ?? 5000;
+  const host = port === 5000 ? REGISTRY_HOST : `localhost:${port}`;
   const dir = mkdtempSync(path.join(o.under ?? os.tmpdir(), 'jobfleet-registry-'));
   const at = (f: string) => path.join(dir, f);
   mkdirSync(at('storage'), { recursive: true });
@@ -68,13 +72,13 @@ export async function startRegistry(o: {
       log: { level: 'warn' },
       storage: { filesystem: { rootdirectory: at('storage') }, delete: { enabled: true } },
       http: {
-        addr: '127.0.0.1:5000',
+        addr: `127.0.0.1:${port}`,
         tls: { certificate: o.ca.certFile, key: o.ca.keyFile },
       },
       auth: { htpasswd: { realm: 'jobfleet-ground', path: at('htpasswd') } },
     }),
   );
-  const config = dockerConfig(REGISTRY_HOST, username, password);
+  const config = dockerConfig(host, username, password);
   writeFileSync(at('auth.json'), config);
 
   const log = createWriteStream(at('registry.log'));
@@ -94,18 +98,18 @@ export async function startRegistry(o: {
     if (child.exitCode !== null) {
       const log = readFileSync(at('registry.log'), 'utf8');
       await stop();
-      throw new Error(`the registry exited (is port 5000 taken?):\n${log}`);
+      throw new Error(`the registry exited (is port ${port} taken?):\n${log}`);
     }
-    const status = await fetchStatus(o.ca.caFile).catch(() => 0);
+    const status = await fetchStatus(o.ca.caFile, port).catch(() => 0);
     if (status === 401) break;
     if (Date.now() > deadline) {
       await stop();
-      throw new Error('the registry did not answer on localhost:5000');
+      throw new Error(`the registry did not answer on ${host}`);
     }
     await new Promise((r) => setTimeout(r, 200));
   }
   return {
-    host: REGISTRY_HOST,
+    host,
     username,
     password,
     authFile: at('auth.json'),
@@ -117,11 +121,11 @@ export async function startRegistry(o: {
 }
 
 /** The registry's /v2/ status without credentials: 401 once it serves (auth required). */
-async function fetchStatus(caFile: string): Promise<number> {
+async function fetchStatus(caFile: string, port: number): Promise<number> {
   const https = await import('node:https');
   return new Promise((resolve, reject) => {
     const req = https.get(
-      'https://127.0.0.1:5000/v2/',
+      `https://127.0.0.1:${port}/v2/`,
       { ca: readFileSync(caFile), servername: 'localhost' },
       (res) => {
         res.resume();

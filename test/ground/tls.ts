@@ -88,6 +88,49 @@ export async function privateCa(): Promise<PrivateCa> {
   };
 }
 
+/**
+ * A client certificate the CA signs (clientAuth): what a server that asks for one and trusts the
+ * CA accepts, e.g. the apiserver's `--kubelet-client-certificate` to a node's kubelet port.
+ */
+export async function clientCertificate(
+  ca: PrivateCa,
+  name: string,
+): Promise<{ certFile: string; keyFile: string }> {
+  const at = (f: string) => path.join(ca.dir, f);
+  const openssl = (...args: string[]) => run('openssl', args, { cwd: ca.dir });
+  await openssl(
+    'req',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-subj',
+    `/CN=${name}`,
+    '-keyout',
+    at(`${name}.key`),
+    '-out',
+    at(`${name}.csr`),
+  );
+  writeFileSync(at(`${name}.ext`), 'extendedKeyUsage=clientAuth\n');
+  await openssl(
+    'x509',
+    '-req',
+    '-in',
+    at(`${name}.csr`),
+    '-CA',
+    at('ca.crt'),
+    '-CAkey',
+    at('ca.key'),
+    '-CAcreateserial',
+    '-days',
+    '2',
+    '-extfile',
+    at(`${name}.ext`),
+    '-out',
+    at(`${name}.crt`),
+  );
+  return { certFile: at(`${name}.crt`), keyFile: at(`${name}.key`) };
+}
+
 /** Debian's PostgreSQL binaries (the package the machine's server came from). */
 function pgBin(): string {
   const base = '/usr/lib/postgresql';
