@@ -29,6 +29,7 @@ const rabbitmq4Only = ['rabbitmq-cluster', 'rabbitmq-alarms', 'private-ca'].map(
 const brokerless = [
   'chart',
   'control-plane-teardown',
+  'examples',
   'jobworker-crd',
   'leadership',
   'make-dev',
