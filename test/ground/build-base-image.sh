@@ -9,8 +9,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-# shellcheck source=versions.env
-. "$here/versions.env"
+# shellcheck source=versions.sh
+. "$here/versions.sh"
 # shellcheck source=buildah.sh
 . "$here/buildah.sh"
 node_version=$(cat "$root/.node-version")

@@ -17,8 +17,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-# shellcheck source=versions.env
-. "$here/versions.env"
+# shellcheck source=versions.sh
+. "$here/versions.sh"
 export PATH="$PATH:/usr/local/go/bin"
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 

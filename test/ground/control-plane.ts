@@ -17,15 +17,23 @@ import { Daemons } from './daemons.js';
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const repoRoot = path.resolve(here, '../..');
 
-/** The pinned versions (test/ground/versions.env is the one place they live). */
-export function groundVersions(): Record<string, string> {
+/**
+ * The pinned versions (test/ground/versions.env is the one place they live).
+ * `GROUND_<KEY>` in the environment wins over the file's `<KEY>`: how `make
+ * compat` builds and runs an older Kubernetes or RabbitMQ line (versions.sh
+ * does the same for the build scripts).
+ */
+export function groundVersions(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
   const text = readFileSync(path.join(here, 'versions.env'), 'utf8');
   return Object.fromEntries(
     text
       .split('\n')
       .map((l) => l.trim())
       .filter((l) => l && !l.startsWith('#'))
-      .map((l) => l.split('=', 2) as [string, string]),
+      .map((l) => {
+        const [key, value] = l.split('=', 2) as [string, string];
+        return [key, env[`GROUND_${key}`] || value];
+      }),
   );
 }
 
