@@ -27,6 +27,7 @@ import type { KubeClient, KubeObject } from '../kube/client.js';
 import { eventTarget, type EventRecorder } from '../kube/events.js';
 import { resolveJobWorker } from '../kube/jobworker-target.js';
 import { FIELD_MANAGER } from '../reconcile/children/index.js';
+import { iso } from '../reconcile/model/index.js';
 import { ClaimStore } from '../../worker/claim-store.js';
 import type { ProcessResult } from './workqueue.js';
 import type { EventReason } from '../api/reasons.js';
@@ -68,9 +69,6 @@ interface ReplayRun {
   /** undefined when forced */
   gate: (() => Promise<void>) | undefined;
 }
-
-const iso = (d: Date) => d.toISOString().replace(/\.\d{3}Z$/, 'Z');
-/** While replaying, how often the hold is asked again; while held, how often it is asked whether it ended. */
 
 export class JobReplayController {
   private readonly runs = new Map<string, { abort: AbortController; done: Promise<void> }>();
