@@ -86,6 +86,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
     pollMs: o.pollMs,
     secretTtlMs: o.secretTtlMs,
     prometheusUrl: o.prometheusUrl,
+    operatorLease: { namespace: o.lease.namespace, name: o.lease.name },
   });
 
   const elector = new LeaderElector(o.client, { ...o.lease, identity: o.identity }, log, {

@@ -1,5 +1,7 @@
 // An example producer: publishes N order.ship jobs (confirmed) to a queue.
-//   node --import tsx examples/worker/producer.ts --queue orders.ship --count 500 [--rate 200]
+//   node --import tsx examples/worker/producer.ts --queue orders.ship --count 500 [--rate 200] [--bad 3]
+// --bad N makes N of them bad orders (a negative quantity): the example worker
+// refuses them for good, so they go to the dead-letter quarantine.
 // Broker URL from JOBFLEET_BROKER_URL (default amqp://guest:guest@127.0.0.1:5672).
 import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
@@ -11,7 +13,10 @@ export async function produce(opts: {
   count: number;
   ratePerSecond?: number;
   prefix?: string;
+  /** how many of the count are bad orders, spread through it */
+  bad?: number;
 }): Promise<number> {
+  const every = opts.bad ? Math.floor(opts.count / opts.bad) : 0;
   const conn = await amqp.connect(opts.brokerUrl);
   try {
     const ch = await conn.createConfirmChannel();
@@ -24,7 +29,10 @@ export async function produce(opts: {
           publish(ch, opts.queue, {
             type: 'order.ship',
             schemaVersion: 2,
-            payload: { orderId: `${opts.prefix ?? 'o'}-${i}` },
+            payload: {
+              orderId: `${opts.prefix ?? 'o'}-${i}`,
+              ...(every && i % every === every - 1 && i < every * opts.bad! ? { qty: -1 } : {}),
+            },
             keyRule: 'order:{orderId}:ship',
           }),
         );
@@ -46,6 +54,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       queue: { type: 'string', default: 'orders.ship' },
       count: { type: 'string', default: '100' },
       rate: { type: 'string' },
+      bad: { type: 'string', default: '0' },
     },
   });
   const n = await produce({
@@ -53,6 +62,8 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     queue: values.queue,
     count: Number(values.count),
     ratePerSecond: values.rate ? Number(values.rate) : undefined,
+    bad: Number(values.bad),
   });
-  console.log(`published ${n} jobs to ${values.queue}`);
+  const bad = Number(values.bad) ? ` (${values.bad} of them bad orders)` : '';
+  console.log(`published ${n} jobs to ${values.queue}${bad}`);
 }

@@ -587,10 +587,12 @@ export const LIMITED_BY = [
   'minReplicas',
   'stabilization',
   'signalMissing',
+  'paused',
 ] as const;
 
 export const PHASES = [
   'Healthy',
+  'Scaling',
   'Progressing',
   'Draining',
   'RollingBack',
@@ -632,7 +634,7 @@ export const jobWorkerStatus = z
       .enum(PHASES)
       .optional()
       .describe(
-        'One word for kubectl get, most urgent first: Blocked, Degraded, Paused, Draining, RollingBack, Progressing, Healthy',
+        'One word for kubectl get, most urgent first: Blocked, Degraded, Paused, Draining, RollingBack, Progressing (a revision rolls out), Scaling (replicas are wanted and none is ready yet: waking from zero or resuming), Healthy. A change of the replica count alone, while a replica serves, leaves it Healthy (docs/scaling.md)',
       ),
     replicas: z.number().int().optional().describe('Replicas the worker Deployment has'),
     readyReplicas: z.number().int().optional().describe('Worker replicas ready (consuming)'),
@@ -640,7 +642,14 @@ export const jobWorkerStatus = z
       .number()
       .int()
       .optional()
-      .describe('Replicas the scaler wants (kept while paused or draining, restored after)'),
+      .describe(
+        'Replicas the fleet is meant to run: the scaler’s count; 0 while paused (resumeReplicas keeps the count); kept while a rollback drains',
+      ),
+    resumeReplicas: z
+      .number()
+      .int()
+      .optional()
+      .describe('While paused: the replicas restored on resume (the scaler’s count when paused)'),
     oldestMessageAgeSeconds: z
       .number()
       .int()
@@ -679,7 +688,7 @@ export const jobWorkerStatus = z
           .enum(LIMITED_BY)
           .optional()
           .describe(
-            'What set the count: age, the downstream cap, a bound, the stabilization window, or no signal',
+            'What set the count: age, the downstream cap, a bound, the stabilization window, no signal, or the pause switch',
           ),
         message: z.string().optional().describe('The scaler’s reasoning in words'),
         throttling: z
@@ -886,6 +895,15 @@ export const jobWorkerStatus = z
       .string()
       .optional()
       .describe('A revision rolled back automatically; it stays off until the spec changes'),
+    operatorLease: z
+      .object({
+        namespace: z.string().describe('The operator’s namespace'),
+        name: z.string().describe('The Lease’s name'),
+      })
+      .optional()
+      .describe(
+        'The leader-election Lease of the operator that writes this status: kubectl jobworker status and why read its renewTime to tell whether an operator still runs (docs/reference/cli.md)',
+      ),
     conditions: z
       .array(conditionSchema)
       .optional()

@@ -91,7 +91,8 @@ export const CONDITIONS = {
     },
   },
   Progressing: {
-    means: 'A revision is being rolled out, rolled back, or created.',
+    means:
+      'A revision is being rolled out, rolled back, or created. A change of the replica count alone is no rollout: it leaves Progressing False (the Desired and Ready columns show it).',
     reasons: {
       Creating: 'True. The first revision is being created.',
       RollingOut: 'True. A new revision replaces the old one (strategy Fleet).',
@@ -99,7 +100,8 @@ export const CONDITIONS = {
       CohortStep: 'True. A Cohort rollout is at one of its steps, under analysis.',
       CohortPromoting: 'True. The cohort passed its last step: the fleet moves to its revision.',
       CohortAborting: 'True. The cohort is aborted: it drains first, the stable revision stays.',
-      RolloutComplete: 'False. The current revision runs every replica.',
+      RolloutComplete:
+        'False. The current revision is rolled out: every pod runs it, and replicas follow the scaler.',
       RollbackComplete: 'False. The rollback ended and queue age fell.',
       CohortPromoted: 'False. The cohort’s revision is the stable one now.',
       CohortAborted: 'False. The cohort drained and was removed; the stable revision runs.',
@@ -122,7 +124,8 @@ export const CONDITIONS = {
   Paused: {
     means: 'A person paused the fleet; who and why are in the message.',
     reasons: {
-      PausedByUser: 'True. spec.paused is true: consumers drained, 0 replicas held.',
+      PausedByUser:
+        'True. spec.paused is true: consumers drain, then 0 replicas are held (Desired 0, Limited By paused); status.resumeReplicas come back on resume.',
       NotPaused: 'False.',
     },
   },

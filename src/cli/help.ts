@@ -75,13 +75,15 @@ export const KUBECTL_JOBWORKER_USAGE = `usage: kubectl jobworker <command> NAME 
 
 commands:
   status NAME [--watch] [--timeout 10m]   phase, revisions, replicas, queue age, the analysis and its
-                                          time left; --watch waits for the analysis too;
-                                          exits 0 healthy, 1 blocked, degraded or paused,
+                                          time left, and whether an operator still updates it;
+                                          --watch waits for the analysis too; exits 0 healthy,
+                                          1 blocked, degraded, paused or no operator running,
                                           3 still progressing
   history NAME                            revisions: image, key rule, schema versions
   undo NAME [--to-revision N]             roll back (to the previous revision by default): the
                                           operator drains the current revision first
-  why NAME                                what blocks or degrades it, and how to fix it
+  why NAME                                what blocks or degrades it, and how to fix it; first,
+                                          an operator that no longer renews its lease
   pause NAME --reason TEXT                stop the fleet: consumers drain, then 0 replicas are held
                                           (scaling and rollouts hold); who and why go in an event
   resume NAME --reason TEXT               replicas follow the scaler again
@@ -95,6 +97,12 @@ commands:
                                           and replay --edit-payload read the Secrets
 
   version                                 this plugin's version
+
+status and why read the operator's leader-election Lease: the one the JobWorker's status names
+(status.operatorLease), else jobfleet-system/jobfleet-operator; --operator-namespace NAMESPACE
+looks in that namespace instead. Not renewed for its duration (at least 15 s), or missing: no
+operator updates the status, and they say so. Reading it needs get on leases there; without
+it they say that it could not be checked.
 
 Reads the cluster with your kubeconfig (KUBECONFIG, or ~/.kube/config), as kubectl does:
 -n/--namespace, --kubeconfig FILE, --context NAME, --as USER and --as-group GROUP work as kubectl's.

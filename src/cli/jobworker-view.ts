@@ -2,6 +2,7 @@
 // lines and an exit code out.
 import type { Condition, JobWorkerStatus, RevisionFigures } from '../api/jobworker.js';
 import { latencyWords } from '../reconcile/cohort/index.js';
+import type { OperatorWords } from './operator-lease.js';
 
 export interface JobWorkerView {
   metadata: { name: string; namespace?: string; generation?: number };
@@ -15,7 +16,9 @@ export type Verdict = 0 | 1 | 3;
 const cond = (jw: JobWorkerView, type: string): Condition | undefined =>
   jw.status?.conditions?.find((c) => c.type === type);
 
-export function verdict(jw: JobWorkerView): Verdict {
+export function verdict(jw: JobWorkerView, operator?: OperatorWords): Verdict {
+  // No operator updates it: what it says is not now, and nothing will change it by itself.
+  if (operator?.silent) return 1;
   const st = jw.status;
   if (!st || (st.observedGeneration ?? 0) < (jw.metadata.generation ?? 0)) return 3;
   // Healthy while a new revision is still watched for automatic rollback is not done yet.
@@ -40,13 +43,18 @@ const ESTIMATED_BECAUSE: Record<string, string> = {
   Estimated: 'no worker has reported a delivery',
 };
 
-export function statusLines(jw: JobWorkerView, now = new Date()): string[] {
+export function statusLines(
+  jw: JobWorkerView,
+  now = new Date(),
+  operator?: OperatorWords,
+): string[] {
   const st = jw.status ?? {};
   const lines = [
     `Name:        ${jw.metadata.namespace ? `${jw.metadata.namespace}/` : ''}${jw.metadata.name}`,
-    `Phase:       ${st.phase ?? 'Unknown'}${(st.observedGeneration ?? 0) < (jw.metadata.generation ?? 0) ? ' (not yet observed: the operator has not seen the latest spec)' : ''}`,
+    `Phase:       ${st.phase ?? 'Unknown'}${operator?.silent ? ' (as last written: no operator updates this status now, see Operator)' : (st.observedGeneration ?? 0) < (jw.metadata.generation ?? 0) ? ' (not yet observed: the operator has not seen the latest spec)' : ''}`,
+    ...(operator ? [`Operator:    ${operator.line}`] : []),
     `Revision:    current ${st.currentRevision ?? '-'}, update ${st.updateRevision ?? '-'}${st.abortedRevision ? `, aborted ${st.abortedRevision}` : ''}`,
-    `Replicas:    desired ${st.desiredReplicas ?? '-'}, ready ${st.readyReplicas ?? '-'}`,
+    `Replicas:    desired ${st.desiredReplicas ?? '-'}${st.resumeReplicas !== undefined ? ` (paused; ${st.resumeReplicas} on resume)` : ''}, ready ${st.readyReplicas ?? '-'}`,
     `Oldest age:  ${st.oldestMessageAgeSeconds !== undefined ? `${st.oldestMessageAgeSeconds} s` : '-'}${ageFrom(st)}, depth ${st.queueDepth ?? '-'}${st.scaling?.limitedBy ? `, limited by ${st.scaling.limitedBy}` : ''}`,
   ];
   if (st.capacityPerReplica !== undefined)
@@ -154,8 +162,15 @@ export function historyLines(jw: JobWorkerView): string[] {
   );
 }
 
-/** The blocking reason and how to fix it; or that nothing blocks. */
-export function whyLines(jw: JobWorkerView): string[] {
+/** The blocking reason and how to fix it; or that nothing blocks. An operator that is silent, or cannot be checked, is said first. */
+export function whyLines(jw: JobWorkerView, operator?: OperatorWords): string[] {
+  const out = blockers(jw);
+  if (!out.length && !operator?.silent)
+    out.push(`Nothing blocks ${jw.metadata.name}: phase ${jw.status?.phase ?? 'Unknown'}.`);
+  return operator?.why ? [operator.why, ...out] : out;
+}
+
+function blockers(jw: JobWorkerView): string[] {
   const out: string[] = [];
   const blocked = cond(jw, 'RolloutBlocked');
   if (blocked?.status === 'True')
@@ -190,7 +205,5 @@ export function whyLines(jw: JobWorkerView): string[] {
     out.push(
       `Revision ${jw.status.abortedRevision} was rolled back automatically (${jw.status.lastRollback?.message ?? 'see kubectl describe'}). It stays off until the spec changes: fix it and apply a new revision.`,
     );
-  if (!out.length)
-    out.push(`Nothing blocks ${jw.metadata.name}: phase ${jw.status?.phase ?? 'Unknown'}.`);
   return out;
 }

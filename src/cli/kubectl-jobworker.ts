@@ -18,6 +18,13 @@ import { ANNOTATION_COHORT_COMMAND, type CohortCommand } from '../reconcile/coho
 import { runDlq } from './dlq.js';
 import { dlqViaOperator } from './dlq-via-operator.js';
 import { historyLines, statusLines, verdict, whyLines } from './jobworker-view.js';
+import {
+  leaseToRead,
+  operatorWords,
+  type LeaseRead,
+  type LeaseSpec,
+  type OperatorWords,
+} from './operator-lease.js';
 import { KUBECTL_JOBWORKER_USAGE } from './help.js';
 
 /** Set when plugins/build.ts bundles this file: the bundle has no package.json beside it. */
@@ -115,9 +122,17 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'why': {
-      const name = args[0];
-      if (!name) return usage('why NAME');
-      console.log(whyLines(await c.get(name)).join('\n'));
+      const { values, positionals } = parseArgs({
+        args,
+        allowPositionals: true,
+        options: { 'operator-namespace': { type: 'string' } },
+      });
+      const name = positionals[0];
+      if (!name) return usage('why NAME [--operator-namespace NAMESPACE]');
+      const jw = await c.get(name);
+      console.log(
+        whyLines(jw, await checkOperator(c, jw, values['operator-namespace'])).join('\n'),
+      );
       return 0;
     }
     case 'undo':
@@ -163,16 +178,48 @@ async function statusCommand(c: PluginContext, args: string[]): Promise<number> 
     options: {
       watch: { type: 'boolean', short: 'w', default: false },
       timeout: { type: 'string', default: '10m' },
+      'operator-namespace': { type: 'string' },
     },
   });
   const name = positionals[0];
-  if (!name) return usage('status NAME [--watch]');
-  if (!values.watch) {
+  if (!name) return usage('status NAME [--watch] [--operator-namespace NAMESPACE]');
+  const read = async () => {
     const jw = await c.get(name);
-    console.log(statusLines(jw).join('\n'));
-    return verdict(jw);
+    return { jw, operator: await checkOperator(c, jw, values['operator-namespace']) };
+  };
+  if (!values.watch) {
+    const { jw, operator } = await read();
+    console.log(statusLines(jw, new Date(), operator).join('\n'));
+    return verdict(jw, operator);
   }
-  return watch(() => c.get(name), durationMs(values.timeout));
+  return watch(read, durationMs(values.timeout));
+}
+
+/**
+ * Whether an operator still updates the JobWorker's status: its leader
+ * Lease, read as this user may (./operator-lease.ts says what it means).
+ */
+async function checkOperator(
+  c: PluginContext,
+  jw: JobWorkerObject,
+  operatorNamespace: string | undefined,
+): Promise<OperatorWords> {
+  const where = leaseToRead(jw.status?.operatorLease, operatorNamespace);
+  const read = await c.client
+    .find<KubeObject & { spec?: LeaseSpec }>(
+      'coordination.k8s.io/v1',
+      'Lease',
+      where.namespace,
+      where.name,
+    )
+    .then(
+      (lease): LeaseRead => (lease ? { found: lease.spec ?? {} } : { missing: true }),
+      (err: unknown): LeaseRead =>
+        err instanceof KubeApiError && err.status === 403
+          ? { forbidden: err.message }
+          : { error: err instanceof Error ? err.message : String(err) },
+    );
+  return operatorWords({ where, read }, new Date());
 }
 
 /** `undo NAME [--to-revision N]` */
@@ -263,23 +310,28 @@ function durationMs(v: string | undefined): number {
   return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? 's']!;
 }
 
-/** The live view: redrawn on a TTY, printed on change otherwise; ends healthy with no analysis left (0), blocked, degraded or paused (1), or at the timeout (3). */
-async function watch(read: () => Promise<JobWorkerObject>, timeoutMs: number): Promise<number> {
+/** The live view: redrawn on a TTY, printed on change otherwise; ends healthy with no analysis left (0), blocked, degraded, paused or with no operator (1), or at the timeout (3). */
+async function watch(
+  read: () => Promise<{ jw: JobWorkerObject; operator: OperatorWords }>,
+  timeoutMs: number,
+): Promise<number> {
   const until = Date.now() + timeoutMs;
   const tty = process.stdout.isTTY === true;
   let last = '';
   for (;;) {
-    const jw = await read();
-    const text = statusLines(jw).join('\n');
-    // Off a TTY a countdown alone is not a change worth another block.
-    const seen = tty ? text : text.replace(/\d+ s of (\d+ s) left/, '… of $1 left');
+    const { jw, operator } = await read();
+    const text = statusLines(jw, new Date(), operator).join('\n');
+    // Off a TTY a countdown alone is not a change worth another block (nor the lease's renewal).
+    const seen = tty
+      ? text
+      : text.replace(/\d+ s of (\d+ s) left/, '… of $1 left').replace(/renewed \S+ ago/, 'renewed');
     if (seen !== last) {
       if (tty) process.stdout.write('\x1b[2J\x1b[H');
       else if (last) console.log('---');
       console.log(text);
       last = seen;
     }
-    const v = verdict(jw);
+    const v = verdict(jw, operator);
     if (v !== 3) return v;
     if (Date.now() > until) {
       console.log(

@@ -46,6 +46,8 @@ export interface ReconcilerDeps {
   deadLetters?: DeadLetterReader;
   /** how often a JobWorker's quarantine is read (default 30 s) */
   deadLetterReadMs?: number;
+  /** this operator's leader-election Lease, recorded in each status (`kubectl jobworker status` reads it) */
+  operatorLease?: { namespace: string; name: string };
 }
 
 export class JobWorkerReconciler {
@@ -116,6 +118,7 @@ export class JobWorkerReconciler {
         now: this.now(),
         pollMs: this.pollMs,
         deadLetterReadMs: this.deadLetterReadMs,
+        ...(this.d.operatorLease && { operatorLease: this.d.operatorLease }),
       },
       (need, answers) =>
         answerNeed(need, answers, obs, { log: this.d.log, prometheusUrl: this.d.prometheusUrl }),

@@ -95,6 +95,8 @@ export interface PlanInput {
   deadLetterReadMs: number;
   /** the generation this process last announced a deprecated field for */
   deprecationWarned?: number;
+  /** the leader-election Lease of the operator planning, recorded in status for `kubectl jobworker status` */
+  operatorLease?: { namespace: string; name: string };
   answers: PlanAnswers;
 }
 
@@ -179,6 +181,8 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     deadLetters: obs.deadLetters,
     rollout: rollout?.status,
     appliedReplicas: fleet.appliedReplicas,
+    target: { name: obs.raw.metadata.name, namespace: obs.raw.metadata.namespace },
+    ...(i.operatorLease && { operatorLease: i.operatorLease }),
     ...(rollout?.cohort &&
       obs.cohortDeployment && { cohort: observeDeployment(obs.cohortDeployment) }),
     ...(removal &&
@@ -201,7 +205,8 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     ...(r.scaled && { memory: nextMemory(i.memory, r, fleet.cohortMemory) }),
     ...(deprecation.length && { deprecationWarned: obs.raw.metadata.generation }),
     ...(r.scaling && { scaling: r.scaling }),
-    desiredReplicas: r.desiredReplicas,
+    // as status says it: 0 while paused
+    desiredReplicas: status.desiredReplicas ?? r.desiredReplicas,
     ...(rollout && { rolloutBlocked: rollout.blocked }),
     requeueAfterMs: requeue(i, status, rollout, r.scaling !== undefined),
   };
@@ -234,7 +239,8 @@ function replicasPhase(i: PlanInput): Replicas {
   // its own count, to restore at.
   const current = Number(
     (((previous?.rollout || pausedBefore || paused) && live === 0) || previous?.cohort
-      ? previous?.desiredReplicas
+      ? // paused, status says 0 and keeps the count in resumeReplicas (older operators: in desiredReplicas)
+        (previous?.resumeReplicas ?? previous?.desiredReplicas)
       : live) ??
       previous?.desiredReplicas ??
       0,
@@ -248,6 +254,7 @@ function replicasPhase(i: PlanInput): Replicas {
       ? {
           ...scaled.outcome,
           desired: current,
+          limitedBy: 'paused' as const,
           message: `Paused: 0 replicas held, ${current} restored on resume (the scaler would run ${scaled.outcome.desired}). ${scaled.outcome.message}`,
         }
       : scaled?.outcome;

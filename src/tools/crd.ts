@@ -151,6 +151,13 @@ export function jobWorkerCrd(): Schema {
         jsonPath: '.status.scaling.limitedBy',
         description: 'What set the replica count: age, downstream, maxReplicas, signalMissing…',
       },
+      {
+        name: 'Capacity',
+        type: 'number',
+        jsonPath: '.status.capacityPerReplica',
+        description:
+          'Jobs a second one replica completes, measured (status.capacitySource says from what); shown in steps of 10 % or more',
+      },
       { name: 'Revision', type: 'string', jsonPath: '.status.currentRevision' },
       { name: 'Step', type: 'integer', jsonPath: '.status.cohort.step' },
       { name: 'Phase', type: 'string', jsonPath: '.status.phase' },

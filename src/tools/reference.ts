@@ -160,6 +160,31 @@ it; krew installs it); \`jobfleet\` is the on-call CLI against a claims database
 (\`node bin/jobfleet.mjs\` in a checkout).
 
 ${block('kubectl jobworker', KUBECTL_JOBWORKER_USAGE)}
+### Is an operator updating it?
+
+A JobWorker's status says what the operator last saw: after \`helm uninstall\`, or with the
+operator's pods down, it keeps saying \`Healthy\`. The operator writes no heartbeat into each
+status (a fleet in a steady state costs no writes); its leader renews one Lease every few seconds,
+and \`kubectl jobworker status\` and \`why\` read that Lease:
+
+- **Where**: the namespace and name the operator records once in each status it writes
+  (\`status.operatorLease\`, from its \`POD_NAMESPACE\` and \`JOBFLEET_LEASE_NAME\`: the chart's
+  release namespace and \`leaderElection.leaseName\`); for a JobWorker no operator has written yet,
+  \`jobfleet-system/jobfleet-operator\`, where the install guide puts it. \`--operator-namespace NAMESPACE\`
+  looks there instead (an operator installed elsewhere that has never reconciled this JobWorker).
+- **Silent**: the Lease's \`renewTime\` is older than its \`leaseDurationSeconds\` (at least 15 s,
+  so that a hand-over between two operator replicas is not mistaken for one), by this machine's
+  clock; or there is no such Lease. \`status\` then marks the phase as last written, prints an
+  \`Operator:\` line with the fix, and exits 1; \`why\` says it first.
+- **Not readable**: a user without \`get\` on Leases in that namespace is told so, and the rest is
+  printed as usual (the exit code then follows the status alone). The chart grants it to no one
+  but the operator; to let every signed-in user check, an admin can grant that one Lease:
+
+  \`\`\`sh
+  kubectl create role jobfleet-lease-reader -n jobfleet-system --verb=get --resource=leases --resource-name=jobfleet-operator
+  kubectl create rolebinding jobfleet-lease-reader -n jobfleet-system --role=jobfleet-lease-reader --group=system:authenticated
+  \`\`\`
+
 ${block('jobfleet', JOBFLEET_USAGE)}
 ${block('jobfleet verify', VERIFY_HELP)}
 ${block('jobfleet dlq', DLQ_HELP)}`;

@@ -3,13 +3,15 @@
 // held against a growing backlog, resume scales up), and workers that cannot
 // work saying why — a refused broker password, an unreachable claims
 // database — on the JobWorker, where `kubectl get jw` shows it.
+import { spawn } from 'node:child_process';
+import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
 import { testOperator, urlSecrets } from '../fixtures/operator.js';
 import { NAME, condition, runnerGround, type RunnerGround } from '../fixtures/runner-ground.js';
-import { freePort } from '../ground/control-plane.js';
+import { assetsDir, freePort } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 
 let g: RunnerGround;
@@ -91,6 +93,26 @@ describe('pause and resume', () => {
     const jw = await g.getJw();
     expect(jw.status?.phase).toBe('Paused');
     expect(condition(jw, 'Paused')?.message).toContain('payments API incident');
+    // What a person reads while paused is what is true: none wanted, the pause as the limit,
+    // the count that comes back on resume, and no "draining" once nothing drains.
+    await eventually('the paused words', async () =>
+      condition(await g.getJw(), 'Paused')?.message?.includes('No replica runs') ? true : undefined,
+    );
+    const row = await kubectl('get', 'jw', NAME, '-n', g.ns.namespace, '--no-headers');
+    expect(row.stdout.trim().split(/\s+/).slice(1, 3)).toEqual(['0', '0']); // DESIRED, READY
+    expect(row.stdout).toMatch(/\bpaused\b.*\bPaused\b/); // LIMITED BY, PHASE
+    const status = await kubectl('jobworker', 'status', NAME, '-n', g.ns.namespace);
+    expect(status.stdout).toContain('Replicas:    desired 0 (paused; 1 on resume), ready 0');
+    expect(status.stdout).toContain(', limited by paused');
+    const why = await kubectl('jobworker', 'why', NAME, '-n', g.ns.namespace);
+    expect(why.stdout).toContain('Paused (PausedByUser): Paused by ');
+    expect(why.stdout).toContain(
+      `: payments API incident. No replica runs; 1 restored on resume: kubectl jobworker resume ${NAME} -n ${g.ns.namespace} --reason ….`,
+    );
+    for (const out of [row.stdout, status.stdout, why.stdout]) {
+      expect(out).not.toMatch(/draining|minReplicas/);
+      expect(out).not.toContain('silent');
+    }
     expect(condition(jw, 'Available')).toMatchObject({ status: 'False', reason: 'Paused' });
     expect((await events('Paused'))[0]?.message).toContain('payments API incident');
 
@@ -132,6 +154,81 @@ describe('pause and resume', () => {
     for (const key of before) expect(await g.h.effects(key), key).toBe(1);
     expect((await events('Resumed'))[0]?.message).toContain('incident over');
   }, 240_000);
+});
+
+describe('kubectl get jw -w', () => {
+  it('over a scale-up and back: one row per visible change, the scale in Desired and Ready, never a rollout', async () => {
+    op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000 });
+    await g.apply(
+      g.spec({
+        prefetch: 2,
+        env: [{ name: 'JOBFLEET_TEST_HANDLER_MS', value: '1000' }],
+        scaling: { minReplicas: 1, maxReplicas: 4, targetOldestAgeSeconds: 3 },
+      }),
+    );
+    await eventually('one ready worker, Healthy', async () => {
+      const s = (await g.getJw()).status;
+      return s?.readyReplicas === 1 && s.phase === 'Healthy' ? true : undefined;
+    });
+    // The real kubectl, as a user watches: every update of the JobWorker is a row.
+    const watcher = spawn(
+      path.join(assetsDir(), 'kubectl'),
+      ['get', 'jw', NAME, '-n', g.ns.namespace, '-w', '--no-headers'],
+      { env: { ...process.env, KUBECONFIG: g.ns.kubeconfigPath } },
+    );
+    let out = '';
+    watcher.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    try {
+      await eventually('the first row', () =>
+        Promise.resolve(out.includes('\n') ? true : undefined),
+      );
+      for (let i = 0; i < 120; i++) await g.h.job(`w-${i}`);
+      await eventually(
+        'scaled up',
+        async () => ((await g.getJw()).status?.desiredReplicas >= 3 ? true : undefined),
+        60_000,
+      );
+      await eventually(
+        'back to one ready worker, every job done',
+        async () => {
+          const s = (await g.getJw()).status;
+          return s?.desiredReplicas === 1 &&
+            s.readyReplicas === 1 &&
+            s.phase === 'Healthy' &&
+            (await g.h.effects()) >= 120
+            ? true
+            : undefined;
+        },
+        180_000,
+        1000,
+      );
+      await new Promise((r) => setTimeout(r, 5000)); // a steady state adds no row
+    } finally {
+      watcher.kill();
+    }
+    // NAME DESIRED READY OLDEST AGE-FROM LIMITED-BY [CAPACITY] REVISION [STEP] PHASE AGE: the last
+    // column, the object's age, moves by itself and is left out of the comparison.
+    const rows = out
+      .trim()
+      .split('\n')
+      .map((r) => r.trim().replace(/\s+\S+$/, ''));
+    console.log(`kubectl get jw -w over a scale-up and back, ${rows.length} rows:\n${out}`);
+    const identical = rows.filter((r, i) => i > 0 && r === rows[i - 1]);
+    expect(identical, rows.join('\n')).toEqual([]);
+    const counts = rows.map((r) => r.split(/\s+/).slice(1, 3).map(Number) as [number, number]);
+    expect(Math.max(...counts.map(([desired]) => desired)), rows.join('\n')).toBeGreaterThanOrEqual(
+      3,
+    );
+    expect(Math.max(...counts.map(([, ready]) => ready)), rows.join('\n')).toBeGreaterThanOrEqual(
+      2,
+    );
+    expect(counts.at(-1)).toEqual([1, 1]);
+    // Only the replica count moved: the revision stays 1 and no row reads like a rollout.
+    for (const r of rows) {
+      expect(r, rows.join('\n')).toMatch(/\s1\s+(<none>\s+)?(Healthy|Scaling)$/);
+      expect(r).not.toContain('Progressing');
+    }
+  }, 300_000);
 });
 
 describe('workers that cannot work say why on the JobWorker', () => {

@@ -20,7 +20,8 @@ import { eventually } from '../ground/eventually.js';
 import { createSchema, type PgSchema } from '../ground/postgres.js';
 import { createVhost, type RabbitVhost } from '../ground/rabbit.js';
 import { findServices } from '../ground/services.js';
-import { sh, tourCommands } from '../fixtures/tour.js';
+import { shellRun, type ShellResult } from '../fixtures/doc-shell.js';
+import { tourCommands } from '../fixtures/tour.js';
 
 interface MakeDev {
   make: ChildProcess;
@@ -28,7 +29,7 @@ interface MakeDev {
   output(): string;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   /** a command in a shell with make dev's exports, as the user pastes them */
-  run(command: string, timeout?: number): ReturnType<typeof sh>;
+  run(command: string, timeout?: number): Promise<ShellResult>;
   /** the same, left running: its output streams */
   start(command: string): ChildProcess;
   /** the shell's HOME */
@@ -95,7 +96,8 @@ async function startMakeDev(): Promise<MakeDev> {
     exited,
     home,
     registryPort,
-    run: (command, timeout) => sh(`${exports}\n${command}`, userEnv, timeout),
+    run: (command, timeout = 600_000) =>
+      shellRun(`${exports}\n${command}`, { cwd: repoRoot, env: userEnv, timeoutMs: timeout }),
     start: (command) =>
       spawn('bash', ['-c', `${exports}\n${command}`], {
         cwd: repoRoot,

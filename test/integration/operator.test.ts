@@ -203,7 +203,7 @@ describe('JobWorker → worker Deployment', () => {
     });
     const table = (await kubectl('get', 'jobfleet')).stdout;
     expect(table).toMatch(
-      /NAME\s+DESIRED\s+READY\s+OLDEST\s+AGE FROM\s+LIMITED BY\s+REVISION\s+STEP\s+PHASE\s+AGE/,
+      /NAME\s+DESIRED\s+READY\s+OLDEST\s+AGE FROM\s+LIMITED BY\s+CAPACITY\s+REVISION\s+STEP\s+PHASE\s+AGE/,
     );
     // No age without a readable queue (this management URL answers nothing): what scaling lacks says so.
     expect(table).toMatch(/order-shipper\s+1\s+1\s+signalMissing\s+1\s+Healthy/);

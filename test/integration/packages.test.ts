@@ -2,13 +2,22 @@
 // (@jobfleet/worker, the worker/ workspace) and of the operator with its CLIs
 // (jobfleet), each built by its own prepack from this checkout; the tarballs
 // installed into scratch projects (their dependencies from the npm registry or
-// its local cache); the worker API imported on the pinned Node; the
-// docs/worker.md example type-checked against the installed types under
-// `strict` and `skipLibCheck: false`, with NodeNext and node10 resolution.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+// its local cache); the worker API imported on the pinned Node; every
+// TypeScript example of the docs (one file per page) type-checked against the
+// installed types under `strict` and `skipLibCheck: false`, with NodeNext and
+// node10 resolution.
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  writeFileSync,
+} from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { docBlocks } from '../fixtures/doc-blocks.js';
 import { npmInstall, pack, run, tsc, type Packed } from '../fixtures/npm.js';
 import { repoRoot } from '../ground/control-plane.js';
 
@@ -24,16 +33,28 @@ async function scratch(work: string, name: string, tarballs: string[]): Promise<
   return dir;
 }
 
-/** The docs' TypeScript blocks of "The API", as one file. */
-function docsExample(): string {
-  const doc = readFileSync(path.join(repoRoot, 'docs/worker.md'), 'utf8');
-  const api = doc.slice(
-    doc.indexOf('## The API'),
-    doc.indexOf('\n## ', doc.indexOf('## The API') + 1),
-  );
-  const blocks = [...api.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
-  expect(blocks.length).toBeGreaterThanOrEqual(2);
-  return blocks.join('\n');
+/**
+ * Every TypeScript block a reader copies (README, docs/, the worker's and the
+ * template's READMEs): one file per page, its blocks in order, named after it.
+ */
+function docsSnippets(): Array<{ file: string; page: string; source: string }> {
+  const pages = ['README.md', 'worker/README.md', 'examples/worker-template/README.md'];
+  const walk = (dir: string): string[] =>
+    readdirSync(path.join(repoRoot, dir), { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory()
+        ? walk(path.join(dir, e.name))
+        : e.name.endsWith('.md')
+          ? [path.join(dir, e.name)]
+          : [],
+    );
+  return [...pages, ...walk('docs')].flatMap((page) => {
+    const blocks = docBlocks(page, readFileSync(path.join(repoRoot, page), 'utf8')).filter((b) =>
+      ['ts', 'typescript'].includes(b.lang),
+    );
+    if (!blocks.length) return [];
+    const file = `${page.replace(/\.md$/, '').replace(/[^\w]+/g, '-')}.ts`;
+    return [{ file, page, source: `${blocks.map((b) => b.body).join('\n')}\nexport {};\n` }];
+  });
 }
 
 const tsconfig = (resolution: 'nodenext' | 'node10', files: string[]) => ({
@@ -92,7 +113,7 @@ describe('the npm packages, packed and installed', { timeout: 600_000 }, () => {
       ).toEqual([]);
   });
 
-  it('the worker library installs alone (no Kubernetes client, no operator), imports on the pinned Node, and the docs example type-checks under strict with NodeNext and node10', async () => {
+  it('the worker library installs alone (no Kubernetes client, no operator), imports on the pinned Node, and every TypeScript example of the docs type-checks against its types under strict with NodeNext and node10', async () => {
     const dir = await scratch(work, 'team-worker', [worker.filename]);
     expect(existsSync(path.join(dir, 'node_modules/@kubernetes'))).toBe(false);
     expect(existsSync(path.join(dir, 'node_modules/jobfleet'))).toBe(false);
@@ -115,11 +136,19 @@ describe('the npm packages, packed and installed', { timeout: 600_000 }, () => {
       loadConfig: 'function',
     });
 
-    // The docs' example, and the transactional client typed (not `any`, as missing @types/pg made it).
+    // Each page's examples, and the transactional client typed (not `any`, as missing @types/pg made it).
+    const snippets = docsSnippets();
+    expect(snippets.map((x) => x.page)).toEqual(
+      expect.arrayContaining([
+        'docs/worker.md',
+        'docs/how-to/write-a-worker.md',
+        'worker/README.md',
+      ]),
+    );
+    for (const x of snippets) writeFileSync(path.join(dir, x.file), x.source);
     writeFileSync(
       path.join(dir, 'example.ts'),
-      `${docsExample()}
-import type { HandlerContext } from '@jobfleet/worker';
+      `import type { HandlerContext } from '@jobfleet/worker';
 type IsAny<T> = 0 extends 1 & T ? true : false;
 export const txIsTyped: IsAny<NonNullable<HandlerContext['tx']>> = false;
 `,
@@ -134,7 +163,7 @@ createWorker({ contract: { keyRule: 42, schemaVersions: [1] }, handlers: {} });
     for (const resolution of ['nodenext', 'node10'] as const) {
       writeFileSync(
         path.join(dir, `tsconfig.${resolution}.json`),
-        JSON.stringify(tsconfig(resolution, ['example.ts'])),
+        JSON.stringify(tsconfig(resolution, ['example.ts', ...snippets.map((x) => x.file)])),
       );
       const ok = await tsc(`tsconfig.${resolution}.json`, dir);
       expect([resolution, ok.stdout]).toEqual([resolution, '']);

@@ -11,9 +11,11 @@ import path from 'node:path';
 import { parse, stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildRelease, type Release } from '../../plugins/build.js';
-import { KubeClient } from '../../src/kube/client.js';
+import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import { assetsDir, freePort, repoRoot } from '../ground/control-plane.js';
+import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
+import { testOperator } from '../fixtures/operator.js';
 
 interface Run {
   code: number;
@@ -124,9 +126,12 @@ describe('kubectl jobworker, as kubectl runs it', () => {
       ['jobworker', 'status', 'probe', '-n', ns.namespace, '--context', ground],
       { ...env, KUBECONFIG: twoContexts },
     );
-    // 3: no status yet (no operator runs here); what matters is that it read the JobWorker
+    // 1: no operator runs here (no Lease in jobfleet-system); what matters is that it read the JobWorker
     expect(chosen.stdout).toContain(`Name:        ${ns.namespace}/probe`);
-    expect(chosen.code).toBe(3);
+    expect(chosen.stdout).toContain(
+      'Operator:    silent: no Lease jobfleet-system/jobfleet-operator',
+    );
+    expect(chosen.code).toBe(1);
     const unknown = await kubectl(['jobworker', 'status', 'probe', '--context=elsewhere'], {
       ...env,
       KUBECONFIG: twoContexts,
@@ -149,7 +154,7 @@ describe('kubectl jobworker, as kubectl runs it', () => {
       { ...env, KUBECONFIG: path.join(os.tmpdir(), 'no-such-kubeconfig') },
     );
     expect(r.stdout).toContain(`Name:        ${ns.namespace}/probe`);
-    expect(r.code).toBe(3);
+    expect(r.code).toBe(1);
   });
 
   it('acts as the user --as names (and the groups --as-group adds), as kubectl does', async () => {
@@ -163,4 +168,78 @@ describe('kubectl jobworker, as kubectl runs it', () => {
     const groupAlone = await kubectl([...args, '--as-group', 'system:masters'], kc);
     expect(groupAlone.stderr).toMatch(/--as-group needs --as/);
   });
+
+  it('names an operator that has stopped renewing its Lease (helm uninstall), reads a fresh one as running, and tells a user who may not read it', async () => {
+    const client = new KubeClient(ns.kc);
+    const kc = { ...env, KUBECONFIG: ns.kubeconfigPath };
+    const status = ['jobworker', 'status', 'probe', '-n', ns.namespace];
+    const why = ['jobworker', 'why', 'probe', '-n', ns.namespace];
+    const lease = `Lease ${ns.namespace}/jobfleet-operator`;
+    // The operator (its Lease in the test namespace, 4 s) records where its Lease is.
+    const op = await testOperator(client, ns.namespace);
+    try {
+      await eventually('status.operatorLease', async () => {
+        const jw = await client.get<KubeObject & { status?: { operatorLease?: unknown } }>(
+          'jobfleet.dev/v1alpha1',
+          'JobWorker',
+          ns.namespace,
+          'probe',
+        );
+        return jw.status?.operatorLease ? true : undefined;
+      });
+      const running = await kubectl(status, kc);
+      expect(running.stdout).toMatch(
+        new RegExp(`Operator: {4}op-1 leads, ${lease} renewed \\d+s ago`),
+      );
+      expect(running.stdout).not.toMatch(/silent|as last written/);
+      expect((await kubectl(why, kc)).stdout).not.toMatch(/No operator/);
+
+      // A user who may read JobWorkers here but not Leases: told so, nothing else changes.
+      for (const grant of [
+        ['create', 'role', 'jobworker-reader', '--verb=get', '--resource=jobworkers.jobfleet.dev'],
+        ['create', 'rolebinding', 'jobworker-reader', '--role=jobworker-reader', '--user=reader'],
+      ]) {
+        const made = await kubectl([...grant, '-n', ns.namespace], kc);
+        expect(made.code, made.stderr).toBe(0);
+      }
+      const reader = await eventually('the reader’s grant', async () => {
+        const r = await kubectl([...status, '--as', 'reader'], kc);
+        return r.stdout.includes('Name:') ? r : undefined;
+      });
+      expect(reader.stdout).toContain(`Operator:    unknown: you may not read the ${lease}`);
+      expect(reader.stderr).toBe('');
+      const readerWhy = await kubectl([...why, '--as', 'reader'], kc);
+      expect(readerWhy.code).toBe(0);
+      expect(readerWhy.stdout).toMatch(/^Operator unknown: you may not read the Lease/);
+    } finally {
+      await op.stop();
+    }
+
+    // Stopped (as helm uninstall stops it): once the Lease has gone unrenewed past its
+    // duration (at least 15 s), status and why say no operator updates the status.
+    const stopped = await eventually(
+      'the operator reported silent',
+      async () => {
+        const r = await kubectl(status, kc);
+        return r.stdout.includes('Operator:    silent') ? r : undefined;
+      },
+      45_000,
+      2000,
+    );
+    expect(stopped.code).toBe(1);
+    expect(stopped.stdout).toMatch(
+      /Phase: {7}\w+ \(as last written: no operator updates this status now, see Operator\)/,
+    );
+    expect(stopped.stdout).toContain(`silent: no operator has renewed its ${lease} since `);
+    expect(stopped.stdout).toContain(`kubectl get pods -n ${ns.namespace}`);
+    const silentWhy = await kubectl(why, kc);
+    expect(silentWhy.code).toBe(0);
+    expect(silentWhy.stdout.split('\n')[0]).toMatch(
+      new RegExp(`^No operator has renewed its ${lease} since .*: nothing updates this status`),
+    );
+    // Where no Lease is: --operator-namespace looks there, and there is none.
+    const elsewhere = await kubectl([...status, '--operator-namespace', 'nowhere'], kc);
+    expect(elsewhere.code).toBe(1);
+    expect(elsewhere.stdout).toContain('Operator:    silent: no Lease nowhere/jobfleet-operator');
+  }, 120_000);
 });

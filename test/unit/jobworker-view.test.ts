@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { statusLines, verdict, whyLines } from '../../src/cli/jobworker-view.js';
+import { leaseToRead, operatorWords, type LeaseSpec } from '../../src/cli/operator-lease.js';
 
 const jw = (status: Record<string, unknown>, generation = 1) => ({
   metadata: { name: 'invoice-sender', namespace: 'billing', generation },
@@ -98,5 +99,111 @@ describe('kubectl jobworker why', () => {
     expect(whyLines(jw({ phase: 'Healthy' }))).toEqual([
       'Nothing blocks invoice-sender: phase Healthy.',
     ]);
+  });
+});
+
+describe('kubectl jobworker status and why: is an operator updating it?', () => {
+  const now = new Date('2026-12-05T10:00:00Z');
+  const where = { namespace: 'jobfleet-system', name: 'jobfleet-operator' };
+  const renewed = (secondsAgo: number, more: Partial<LeaseSpec> = {}) =>
+    operatorWords(
+      {
+        where,
+        read: {
+          found: {
+            holderIdentity: 'jobfleet-7d9f-abc',
+            leaseDurationSeconds: 15,
+            renewTime: new Date(now.getTime() - secondsAgo * 1000)
+              .toISOString()
+              .replace('Z', '000Z'),
+            ...more,
+          },
+        },
+      },
+      now,
+    );
+
+  it('a lease renewed within its duration: the leader, and nothing to say in why', () => {
+    const ok = renewed(3);
+    expect(ok).toEqual({
+      silent: false,
+      line: 'jobfleet-7d9f-abc leads, Lease jobfleet-system/jobfleet-operator renewed 3s ago',
+    });
+    const healthy = jw({ phase: 'Healthy' });
+    expect(verdict(healthy, ok)).toBe(0);
+    expect(statusLines(healthy, now, ok).slice(0, 3)).toEqual([
+      'Name:        billing/invoice-sender',
+      'Phase:       Healthy',
+      'Operator:    jobfleet-7d9f-abc leads, Lease jobfleet-system/jobfleet-operator renewed 3s ago',
+    ]);
+    expect(whyLines(healthy, ok)).toEqual(['Nothing blocks invoice-sender: phase Healthy.']);
+    // released by a leader that stopped, within the hand-over time: not silence yet
+    expect(renewed(5, { holderIdentity: '', leaseDurationSeconds: 1 }).silent).toBe(false);
+  });
+
+  it('a lease not renewed past its duration (after helm uninstall), or none: the status is stale, and the fix', () => {
+    const healthy = jw({ phase: 'Healthy' });
+    for (const [words, since] of [
+      [renewed(250), 'since 2026-12-05T09:55:50Z (4m10s ago)'],
+      [renewed(20, { holderIdentity: '', leaseDurationSeconds: 1 }), 'since 2026-12-05T09:59:40Z'],
+    ] as const) {
+      expect(words.silent).toBe(true);
+      expect(verdict(healthy, words)).toBe(1);
+      const lines = statusLines(healthy, now, words);
+      expect(lines[1]).toBe(
+        'Phase:       Healthy (as last written: no operator updates this status now, see Operator)',
+      );
+      expect(lines[2]).toContain(
+        `Operator:    silent: no operator has renewed its Lease jobfleet-system/jobfleet-operator ${since}`,
+      );
+      expect(lines[2]).toContain('kubectl get pods -n jobfleet-system');
+      const why = whyLines(healthy, words);
+      expect(why).toHaveLength(1); // not "Nothing blocks …: phase Healthy"
+      expect(why[0]).toMatch(
+        /^No operator has renewed its Lease jobfleet-system\/jobfleet-operator since/,
+      );
+      expect(why[0]).toContain(
+        'Is it installed and running? helm list -A; kubectl get pods -n jobfleet-system.',
+      );
+    }
+    const none = operatorWords({ where, read: { missing: true } }, now);
+    expect(none.silent).toBe(true);
+    expect(whyLines(healthy, none)[0]).toBe(
+      'No operator runs: there is no Lease jobfleet-system/jobfleet-operator (an operator takes it when it starts), so nothing updates this status. Is the operator installed, and in jobfleet-system? helm list -A; kubectl get pods -n jobfleet-system. Installed elsewhere: pass --operator-namespace NAMESPACE.',
+    );
+  });
+
+  it('a user who may not read the lease is told so; the rest prints, the exit code follows the status', () => {
+    const forbidden = operatorWords(
+      { where, read: { forbidden: 'leases.coordination.k8s.io "jobfleet-operator" is forbidden' } },
+      now,
+    );
+    const healthy = jw({ phase: 'Healthy' });
+    expect(verdict(healthy, forbidden)).toBe(0);
+    expect(statusLines(healthy, now, forbidden)[2]).toMatch(
+      /^Operator: {4}unknown: you may not read the Lease jobfleet-system\/jobfleet-operator \(leases.coordination.k8s.io "jobfleet-operator" is forbidden\)/,
+    );
+    expect(whyLines(healthy, forbidden)).toEqual([
+      expect.stringMatching(/^Operator unknown: you may not read/),
+      'Nothing blocks invoice-sender: phase Healthy.',
+    ]);
+  });
+
+  it('looks where the status says, else jobfleet-system; --operator-namespace wins', () => {
+    const recorded = { namespace: 'ops', name: 'fleet-lease' };
+    expect(leaseToRead(recorded, undefined)).toEqual(recorded);
+    expect(leaseToRead(undefined, undefined)).toEqual(where);
+    expect(leaseToRead(recorded, 'platform')).toEqual({
+      namespace: 'platform',
+      name: 'fleet-lease',
+    });
+  });
+});
+
+describe('kubectl jobworker status: paused', () => {
+  it('says Desired 0 and the count that comes back on resume', () => {
+    expect(
+      statusLines(jw({ phase: 'Paused', desiredReplicas: 0, resumeReplicas: 3, readyReplicas: 0 })),
+    ).toContain('Replicas:    desired 0 (paused; 3 on resume), ready 0');
   });
 });

@@ -71,7 +71,9 @@ describe('conditions', () => {
   it.each([
     [{ Available: 'True' }, 'Healthy'],
     [{ Available: 'True', Progressing: 'True' }, 'Progressing'],
-    [{ Available: 'False' }, 'Progressing'],
+    // none ready and no revision rolling out: waking from zero or resuming, not a rollout
+    [{ Available: 'False' }, 'Scaling'],
+    [{ Available: 'False', Progressing: 'True' }, 'Progressing'],
     [{ Available: 'True', Degraded: 'True' }, 'Degraded'],
     [{ Available: 'True', Degraded: 'True', RolloutBlocked: 'True' }, 'Blocked'],
     [{ Available: 'True', Draining: 'True' }, 'Draining'],
@@ -327,6 +329,36 @@ describe('status', () => {
     },
   );
 
+  it('the Capacity column keeps its figure until the estimate moves 10 % or more, then shows the new one', () => {
+    const at = (
+      estimate: number,
+      previous?: ReturnType<typeof computeStatus>,
+      source = 'Prometheus',
+    ) =>
+      computeStatus({
+        ...base,
+        previous,
+        scaling: {
+          limitedBy: 'age',
+          message: 'ok',
+          signalOk: true,
+          capacityPerReplica: estimate,
+          capacitySource: source as 'Prometheus',
+        },
+        deployment: undefined,
+      });
+    const first = at(29.43);
+    expect(first.capacityPerReplica).toBe(29);
+    // jitter: the same row, so no status write
+    for (const e of [27, 30.9, 31.4]) expect(at(e, first).capacityPerReplica).toBe(29);
+    // a move of 10 % or more: the new figure, in two significant figures
+    expect(at(32.4, first).capacityPerReplica).toBe(32);
+    expect(at(26.1, first).capacityPerReplica).toBe(26);
+    expect(at(0.271, at(0.3)).capacityPerReplica).toBe(0.27);
+    // a new source is a new figure, however close
+    expect(at(30, first, 'WorkerMetrics').capacityPerReplica).toBe(30);
+  });
+
   it('is Degraded, naming the problem, and identical when recomputed from itself (no write)', () => {
     const s = computeStatus({
       ...base,
@@ -347,6 +379,102 @@ describe('status', () => {
       now: new Date('2026-11-29T12:00:00Z'),
     });
     expect(again).toEqual(s);
+  });
+
+  // The deployment as the watch shows it `n` replicas in, every pod of revision 1.
+  const fleet = (replicas: number, ready: number) => ({
+    revision: '1',
+    generation: 5,
+    observedGeneration: 5,
+    replicas,
+    podReplicas: replicas,
+    readyReplicas: ready,
+    updatedReplicas: replicas,
+    availableReplicas: ready,
+  });
+  const progressing = (st: ReturnType<typeof computeStatus>) =>
+    st.conditions?.find((c) => c.type === 'Progressing');
+
+  it('a scale-up of a rolled-out revision is no rollout: Healthy while a replica serves, Progressing False', () => {
+    const settled = computeStatus({ ...base, deployment: fleet(2, 2) });
+    expect(settled).toMatchObject({ phase: 'Healthy', currentRevision: '1' });
+    // 2 → 5: the pods start, one at a time; the revision stays 1
+    for (const ready of [2, 3, 4, 5]) {
+      const s = computeStatus({
+        ...base,
+        previous: settled,
+        desiredReplicas: 5,
+        deployment: fleet(5, ready),
+      });
+      expect(s.phase, `ready ${ready}`).toBe('Healthy');
+      expect(progressing(s)).toMatchObject({ status: 'False', reason: 'RolloutComplete' });
+    }
+    // waking from zero: nothing serves yet, and that is said as Scaling, not Progressing
+    const zero = computeStatus({
+      ...base,
+      previous: settled,
+      desiredReplicas: 0,
+      deployment: fleet(0, 0),
+    });
+    expect(zero.phase).toBe('Healthy');
+    const waking = computeStatus({
+      ...base,
+      previous: zero,
+      desiredReplicas: 1,
+      deployment: fleet(1, 0),
+    });
+    expect(waking.phase).toBe('Scaling');
+    expect(progressing(waking)).toMatchObject({ status: 'False', reason: 'RolloutComplete' });
+    // a new revision is a rollout, at any replica count
+    const rolling = computeStatus({
+      ...base,
+      previous: settled,
+      updateRevision: '2',
+      deployment: { ...fleet(2, 2), revision: '2', updatedReplicas: 1 },
+    });
+    expect(rolling.phase).toBe('Progressing');
+    expect(progressing(rolling)).toMatchObject({ status: 'True', reason: 'RollingOut' });
+  });
+
+  it('paused: Desired 0 and Limited By paused, the count to restore beside them, no "draining" once nothing runs', () => {
+    const settled = computeStatus({ ...base, deployment: fleet(2, 2) });
+    const paused = { by: 'alice', reason: 'payments incident' };
+    const draining = computeStatus({
+      ...base,
+      previous: settled,
+      paused,
+      appliedReplicas: 0,
+      target: { name: 'w', namespace: 'ns' },
+      deployment: { ...fleet(0, 0), podReplicas: 2 },
+    });
+    expect(draining).toMatchObject({
+      phase: 'Paused',
+      desiredReplicas: 0,
+      resumeReplicas: 2,
+      scaling: { limitedBy: 'paused' },
+    });
+    const words = (st: ReturnType<typeof computeStatus>) =>
+      st.conditions?.find((c) => c.type === 'Paused')?.message;
+    expect(words(draining)).toBe(
+      'Paused by alice: payments incident. 2 replicas draining (in-flight jobs finish within spec.shutdown.drainDeadlineSeconds), then none runs; 2 restored on resume: kubectl jobworker resume w -n ns --reason ….',
+    );
+    const held = computeStatus({
+      ...base,
+      previous: draining,
+      paused,
+      appliedReplicas: 0,
+      target: { name: 'w', namespace: 'ns' },
+      deployment: fleet(0, 0),
+    });
+    expect(words(held)).toBe(
+      'Paused by alice: payments incident. No replica runs; 2 restored on resume: kubectl jobworker resume w -n ns --reason ….',
+    );
+    // resumed: the count comes back, the pause's fields go
+    const resumed = computeStatus({ ...base, previous: held, deployment: fleet(2, 0) });
+    expect(resumed.desiredReplicas).toBe(2);
+    expect(resumed.resumeReplicas).toBeUndefined();
+    expect(resumed.scaling?.limitedBy).toBeUndefined();
+    expect(resumed.phase).toBe('Scaling');
   });
 });
 

@@ -646,7 +646,13 @@ describe('rollout sequences (simulated Deployment, pods and operator)', () => {
           expect(w.pods, `t=${w.t}`).toEqual([]);
           expect(replicasOf(w)).toBe(0);
         }
-        expect(w.status).toMatchObject({ phase: 'Paused', desiredReplicas: REPLICAS });
+        // Desired says what runs (none); the count to restore waits beside it, and Limited By says why.
+        expect(w.status).toMatchObject({
+          phase: 'Paused',
+          desiredReplicas: 0,
+          resumeReplicas: REPLICAS,
+          scaling: { limitedBy: 'paused' },
+        });
         expect(w.status?.conditions?.find((c) => c.type === 'Available')).toMatchObject({
           status: 'False',
           reason: 'Paused',

@@ -172,4 +172,61 @@ describe('settle', () => {
     const withNotice = settle(planned(o, { notices: [notice] }), o, first.status?.remember);
     expect(withNotice.events).toEqual([{ event: notice, after: 0 }]);
   });
+
+  it('a status that shows nothing new is not written: figures alone wait for the next change', () => {
+    const cond = (message: string, status: 'True' | 'Unknown' = 'True') => ({
+      type: 'WorkersReady',
+      status,
+      reason: status === 'True' ? 'AllReady' : 'Starting',
+      message,
+      lastTransitionTime: '2026-12-01T10:00:00Z',
+    });
+    const written = {
+      phase: 'Healthy' as const,
+      observedGeneration: 1,
+      desiredReplicas: 3,
+      readyReplicas: 3,
+      replicas: 3,
+      queueDepth: 120,
+      capacityPerReplica: 4.1,
+      oldestMessageAge: '2s',
+      scaling: {
+        limitedBy: 'age' as const,
+        message:
+          '3 replicas keep the oldest message 2 s ≤ 30 s objective (120 waiting, 14/s arriving).',
+      },
+      conditions: [cond('3 of 3 workers are ready.')],
+    };
+    const o = obs({ raw: { ...raw, status: written } });
+    const plan = (status: object) => settle(planned(o, { status }), o, undefined).status;
+    // the queue depth, the Deployment's own count, the figures in messages (the capacity's jitter
+    // never reaches here: computeStatus holds the figure shown, status.test.ts)
+    expect(
+      plan({
+        ...written,
+        replicas: 5,
+        queueDepth: 90,
+        scaling: {
+          limitedBy: 'age',
+          message:
+            '3 replicas keep the oldest message 1 s ≤ 30 s objective (90 waiting, 12/s arriving).',
+        },
+        conditions: [cond('3 of 5 workers are ready.')],
+      }),
+    ).toBeUndefined();
+    // a printed column, a condition's status, a message's words: written, with the fresh figures
+    for (const change of [
+      { readyReplicas: 4 },
+      { capacityPerReplica: 3.0 },
+      { oldestMessageAge: '3s' },
+      { scaling: { limitedBy: 'maxReplicas', message: written.scaling.message } },
+      { conditions: [cond('3 of 5 workers are ready; the others are starting.', 'Unknown')] },
+      { conditions: [cond('3 workers are ready, and one more word.')] },
+    ])
+      expect(plan({ ...written, queueDepth: 90, ...change }), JSON.stringify(change)).toMatchObject(
+        {
+          object: { status: { queueDepth: 90, ...change } },
+        },
+      );
+  });
 });

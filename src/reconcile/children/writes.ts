@@ -3,14 +3,15 @@
 // the cohort's); `settle`, the ones still to make against what the watches
 // saw — an object already as desired is not written, a revision record
 // already this JobWorker's is not created, one another object left is
-// replaced, an unchanged status is not written — and which events may go out
+// replaced, a status that shows nothing new is not written (../model/visible.ts)
+// — and which events may go out
 // once which writes are made. The reconciler (src/controller/reconciler.ts)
 // carries the settled list out and decides nothing.
 import { createHash } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import { API_VERSION, KIND, type JobWorkerStatus } from '../../api/jobworker.js';
 import type { KubeObject } from '../../api/kube-object.js';
-import type { PlanEvent, Observation } from '../model/index.js';
+import { visibleStatus, type PlanEvent, type Observation } from '../model/index.js';
 import { recordState } from './ownership.js';
 import { isSubset } from './subset.js';
 
@@ -168,7 +169,9 @@ function liveOf(w: Extract<Write, { op: 'apply' }>, obs: Observation): KubeObjec
 }
 
 /**
- * The status write, unless the status is as planned. The watch may not have
+ * The status write, unless it would show nothing new (../model/visible.ts:
+ * figures alone, such as the queue depth or the counts inside a message, wait
+ * for the next write that changes something). The watch may not have
  * brought back this process's last status write yet: compared with it alone,
  * that write would go again; so while the JobWorker is still at the version
  * that write went over, the planned status is compared with what was written.
@@ -178,13 +181,13 @@ function statusWrite(
   raw: KubeObject,
   last: StatusMemory | undefined,
 ): Settled['status'] {
-  const json = JSON.stringify(status);
+  const seen = JSON.stringify(visibleStatus(status));
   // a digest, not the status: kept for every JobWorker
-  const digest = createHash('sha1').update(json).digest('base64');
+  const digest = createHash('sha1').update(seen).digest('base64');
   const changed =
     last && last.before === raw.metadata.resourceVersion
       ? last.digest !== digest
-      : !isDeepStrictEqual(JSON.parse(json), normalize(raw.status ?? {}));
+      : !isDeepStrictEqual(JSON.parse(seen), normalize(visibleStatus(raw.status ?? {})));
   if (!changed) return undefined;
   const { name, namespace } = raw.metadata;
   return {
@@ -194,6 +197,6 @@ function statusWrite(
 }
 
 /** Status as compared: undefined fields dropped (the server omits them). */
-function normalize(s: object): unknown {
+function normalize(s: unknown): unknown {
   return JSON.parse(JSON.stringify(s));
 }

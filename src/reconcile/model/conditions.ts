@@ -46,13 +46,20 @@ export function isTrue(conditions: readonly Condition[] | undefined, type: Condi
   return conditions?.some((c) => c.type === type && c.status === 'True') ?? false;
 }
 
-/** The one-word phase for `kubectl get`, derived from the conditions (most urgent first). */
+/**
+ * The one-word phase for `kubectl get`, derived from the conditions (most
+ * urgent first). Progressing is a revision rolling out; a change of the
+ * replica count alone is not one: while a replica serves it stays Healthy
+ * (Desired and Ready show the change), and with none ready yet, waking from
+ * zero or resuming, it is Scaling (docs/scaling.md).
+ */
 export function phaseOf(conditions: readonly Condition[], rollingBack = false): Phase {
   if (isTrue(conditions, 'RolloutBlocked')) return 'Blocked';
   if (isTrue(conditions, 'Degraded')) return 'Degraded';
   if (isTrue(conditions, 'Paused')) return 'Paused';
   if (isTrue(conditions, 'Draining')) return 'Draining';
   if (rollingBack) return 'RollingBack';
-  if (isTrue(conditions, 'Progressing') || !isTrue(conditions, 'Available')) return 'Progressing';
+  if (isTrue(conditions, 'Progressing')) return 'Progressing';
+  if (!isTrue(conditions, 'Available')) return 'Scaling';
   return 'Healthy';
 }

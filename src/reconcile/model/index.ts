@@ -14,3 +14,4 @@ export type {
   QueueStats,
 } from './observation.js';
 export { iso } from './time.js';
+export { visibleStatus } from './visible.js';

@@ -613,8 +613,15 @@ function outcomePhase(i: RolloutInput, g: Gated, s: Stepped): Outcome {
       degraded: cohortDegraded,
       events,
     };
-  if (!lastRollback || !rolledOutAt(i.deployment, lastRollback.to))
-    return { lastRollback, degraded: cohortDegraded, events };
+  // Once said, it stays said while only the replica count moves (a scale-up's pods not yet ready).
+  const said = previous?.conditions?.some(
+    (c) => c.type === 'Progressing' && c.reason === 'RollbackComplete',
+  );
+  const complete =
+    !!lastRollback &&
+    (rolledOutAt(i.deployment, lastRollback.to) ||
+      (said && onlyRevision(i.deployment, lastRollback.to)));
+  if (!lastRollback || !complete) return { lastRollback, degraded: cohortDegraded, events };
   return {
     lastRollback,
     progressing: {

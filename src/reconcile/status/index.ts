@@ -1,7 +1,7 @@
 // The JobWorker's status: the conditions computed from the plan, and what
 // the worker pods say of themselves.
 // The folder's only door: code outside it imports from here.
-export { computeStatus, deadLetterDueInMs, observeDeployment } from './status.js';
+export { computeStatus, deadLetterDueInMs, duration, observeDeployment } from './status.js';
 export {
   parseWorkerWords,
   type WorkerReport,

@@ -157,6 +157,10 @@ export interface StatusInput {
   scaleDown?: { from: number; to: number; heldDeliveries: number };
   /** the scaling decision (../scaling/outcome.ts), the objective optional (a test of one condition may leave it out) */
   scaling?: Omit<ScalingOutcome, 'desired' | 'targetAgeSeconds'> & { targetAgeSeconds?: number };
+  /** the JobWorker, for the commands a message names */
+  target?: { name: string; namespace?: string };
+  /** the leader-election Lease of the operator writing this status (what `kubectl jobworker status` checks) */
+  operatorLease?: { namespace: string; name: string };
 }
 
 /** Two significant figures: status tracks age without a write for every second that passes. */
@@ -184,10 +188,16 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     (all, c) => setCondition(all, c, i.generation, i.now),
     prev.conditions ?? [],
   );
+  // what only a pause says goes with it (a resumed fleet whose queue was not read yet)
+  const kept: JobWorkerStatus = { ...prev };
+  delete kept.resumeReplicas;
+  if (!i.paused && kept.scaling?.limitedBy === 'paused') delete kept.scaling;
   const status: JobWorkerStatus = {
-    ...prev,
+    ...kept,
     observedGeneration: i.generation,
-    desiredReplicas: i.desiredReplicas,
+    // Paused, the fleet is meant to run none: the scaler's count waits in resumeReplicas.
+    desiredReplicas: i.paused ? 0 : i.desiredReplicas,
+    ...(i.paused && { resumeReplicas: i.desiredReplicas }),
     // the fleet: the stable Deployment and the cohort beside it
     replicas: (d?.replicas ?? 0) + (i.cohort?.replicas ?? 0),
     readyReplicas: (d?.readyReplicas ?? 0) + (i.cohort?.readyReplicas ?? 0),
@@ -195,7 +205,9 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     currentRevision: rolledOut ? i.updateRevision : (prev.currentRevision ?? undefined),
     history: i.history,
     conditions,
-    ...(i.scaling && scalingFields(i.scaling)),
+    ...(i.scaling && scalingFields(i.scaling, prev)),
+    ...(i.paused && { scaling: pausedScaling(i, prev.scaling) }),
+    ...(i.operatorLease && { operatorLease: i.operatorLease }),
     ...(i.scaleDown && { lastScaleDown: lastScaleDown(prev.lastScaleDown, i.scaleDown, i.now) }),
     ...(i.deadLetters?.stats && { deadLetters: deadLettersField(i.deadLetters) }),
     ...(i.rollout && {
@@ -209,6 +221,19 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     phase: phaseOf(conditions, i.rollout?.rollingBack),
   };
   return dropUndefined(status);
+}
+
+/** Paused, the pause switch sets the count, whatever the scaler would do (its reasoning stays in the message). */
+function pausedScaling(
+  i: StatusInput,
+  last: JobWorkerStatus['scaling'],
+): NonNullable<JobWorkerStatus['scaling']> {
+  return {
+    ...(i.scaling ? scalingFields(i.scaling, i.previous ?? {}).scaling : last),
+    limitedBy: 'paused',
+    message:
+      i.scaling?.message ?? `Paused: 0 replicas held, ${i.desiredReplicas} restored on resume.`,
+  };
 }
 
 /**
@@ -286,7 +311,7 @@ function pausedCondition(i: StatusInput): ConditionInput {
         type: 'Paused',
         status: 'True',
         reason: 'PausedByUser',
-        message: `Paused by ${i.paused.by}: ${i.paused.reason}. 0 replicas held (${i.deployment?.readyReplicas ?? 0} still ready, draining); ${i.desiredReplicas} restored on resume: kubectl jobworker resume NAME --reason ….`,
+        message: `Paused by ${i.paused.by}: ${i.paused.reason}. ${pausedFleetWords(i.deployment)}; ${i.desiredReplicas} restored on resume: kubectl jobworker resume ${i.target?.name ?? 'NAME'}${i.target?.namespace ? ` -n ${i.target.namespace}` : ''} --reason ….`,
       }
     : {
         type: 'Paused',
@@ -294,6 +319,13 @@ function pausedCondition(i: StatusInput): ConditionInput {
         reason: 'NotPaused',
         message: 'Replicas follow the scaler.',
       };
+}
+
+/** What a paused fleet still runs: pods draining, or none. */
+function pausedFleetWords(d: DeploymentObservation | undefined): string {
+  const left = d?.podReplicas ?? 0;
+  if (left === 0) return 'No replica runs';
+  return `${left} replica${left === 1 ? '' : 's'} draining (in-flight jobs finish within spec.shutdown.drainDeadlineSeconds), then none runs`;
 }
 
 function progressingCondition(i: StatusInput, rolledOut: boolean): ConditionInput {
@@ -313,12 +345,16 @@ function progressingCondition(i: StatusInput, rolledOut: boolean): ConditionInpu
       reason: 'Creating',
       message: 'The worker Deployment is being created.',
     };
-  if (rolledOut)
+  // Once the revision has rolled out, a change of the replica count alone is scaling, not a rollout.
+  if (
+    rolledOut ||
+    (i.updateRevision !== undefined && i.previous?.currentRevision === i.updateRevision)
+  )
     return {
       type: 'Progressing',
       status: 'False',
       reason: 'RolloutComplete',
-      message: `Revision ${revision} runs on all ${d.replicas} replicas.`,
+      message: `Revision ${revision} is rolled out: every pod runs it; replicas follow the scaler.`,
     };
   return {
     type: 'Progressing',
@@ -418,7 +454,10 @@ function rolloutDefaults(i: StatusInput, recorded: readonly Condition[]): Condit
 }
 
 /** What status shows of the scaling decision; a figure not read this time keeps its last value. */
-function scalingFields(s: NonNullable<StatusInput['scaling']>): Partial<JobWorkerStatus> {
+function scalingFields(
+  s: NonNullable<StatusInput['scaling']>,
+  prev: JobWorkerStatus,
+): Partial<JobWorkerStatus> {
   const age = s.oldestAgeSeconds === undefined ? undefined : coarse(s.oldestAgeSeconds);
   return {
     scaling: {
@@ -429,13 +468,28 @@ function scalingFields(s: NonNullable<StatusInput['scaling']>): Partial<JobWorke
     ...(age !== undefined && { oldestMessageAgeSeconds: age, oldestMessageAge: duration(age) }),
     ...(s.queueDepth !== undefined && { queueDepth: coarse(s.queueDepth) }),
     ...(s.ageSource && { ageSource: s.ageSource }),
-    // two significant figures, fractions too (a replica of 30 s jobs does 0.27/s)
     ...(s.capacityPerReplica !== undefined &&
       s.capacitySource && {
-        capacityPerReplica: Number(s.capacityPerReplica.toPrecision(2)),
+        capacityPerReplica: shownCapacity(
+          s.capacityPerReplica,
+          prev.capacitySource === s.capacitySource ? prev.capacityPerReplica : undefined,
+        ),
         capacitySource: s.capacitySource,
       }),
   };
+}
+
+/**
+ * The Capacity column: two significant figures, fractions too (a replica of
+ * 30 s jobs does 0.27/s), and the figure shown kept until the estimate moves
+ * 10 % or more from it. Each change is a status write and a row of
+ * `kubectl get jw -w`: a real change shows, jitter does not.
+ */
+export function shownCapacity(estimate: number, shown: number | undefined): number {
+  const now = Number(estimate.toPrecision(2));
+  const near =
+    shown !== undefined && shown > 0 && now > 0 && Math.abs(Math.log(now / shown)) < Math.log(1.1);
+  return near ? shown : now;
 }
 
 /**

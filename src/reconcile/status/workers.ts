@@ -97,21 +97,23 @@ export function workersReadyCondition(
       reason: 'Starting',
       message: `0 of ${applied} workers are ready; their Deployment does not exist yet.`,
     };
+  // Measured against the count this reconcile gives the Deployment (`applied`), not the one it
+  // had: a scale-up turns this Unknown in the same status write that raises Desired, not one later.
   // A fault speaks even while enough replicas are ready: a new revision's pods stuck on it.
   const faults = (reports ?? []).filter((r) => !PASSING.has(r.reason));
-  if (d.readyReplicas >= d.replicas && !faults.length)
+  if (d.readyReplicas >= applied && !faults.length)
     return {
       type,
       status: 'True',
       reason: 'AllReady',
-      message: `${d.readyReplicas} of ${d.replicas} workers are ready.`,
+      message: `${Math.min(d.readyReplicas, applied)} of ${applied} workers are ready.`,
     };
   if (!faults.length)
     return {
       type,
       status: 'Unknown',
       reason: reports?.length ? reports[0]!.reason : 'Starting',
-      message: `${d.readyReplicas} of ${d.replicas} workers are ready; the others are ${reports?.length ? reports[0]!.reason.toLowerCase() : 'starting'}.`,
+      message: `${d.readyReplicas} of ${applied} workers are ready; the others are ${reports?.length ? reports[0]!.reason.toLowerCase() : 'starting'}.`,
     };
   // The commonest fault speaks for the fleet; the first pod that has it is named.
   const count = new Map<WorkerReason, number>();
@@ -122,6 +124,6 @@ export function workersReadyCondition(
     type,
     status: 'False',
     reason,
-    message: `${d.readyReplicas} of ${d.replicas} workers are ready; ${count.get(reason)} of those asked say ${reason} (pod ${first.pod}: ${first.message || 'no detail'}).${first.fix ? ` Fix: ${first.fix}.` : ''}`,
+    message: `${d.readyReplicas} of ${applied} workers are ready; ${count.get(reason)} of those asked say ${reason} (pod ${first.pod}: ${first.message || 'no detail'}).${first.fix ? ` Fix: ${first.fix}.` : ''}`,
   };
 }
