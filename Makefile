@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration test-e2e-node lint typecheck build release chart-docs bench chaos demo dev images control-plane real-node rabbitmq4 clean deps crds pod-template-schema docs-ref docs-diagram docs-architecture
+.PHONY: node node-path test test-unit test-integration test-e2e-node test-docs lint typecheck build release chart-docs bench chaos demo dev images control-plane real-node rabbitmq4 clean deps crds pod-template-schema docs-ref docs-diagram docs-architecture
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -40,9 +40,10 @@ node_modules: package-lock.json $(NODE_DEP)
 deps: node_modules
 
 ## test: everything — unit and integration suites on real RabbitMQ (the machine's, and 4.x with
-## quorum queues), PostgreSQL and kube-apiserver, then the e2e-node suites on a real node
+## quorum queues), PostgreSQL and kube-apiserver, then the e2e-node suites on a real node, then
+## every shell block of the docs run as written there (docs)
 test: node_modules control-plane rabbitmq4 real-node
-	vitest run
+	vitest run --project unit --project integration --project integration-rabbitmq4 --project e2e-node --project docs
 
 ## test-unit: pure logic only, no services, seconds
 test-unit: node_modules
@@ -54,6 +55,10 @@ test-integration: node_modules control-plane rabbitmq4 real-node
 ## test-e2e-node: the images in containers under a real kubelet (test/e2e-node/; needs root)
 test-e2e-node: node_modules control-plane rabbitmq4 real-node
 	vitest run --project e2e-node
+
+## test-docs: every shell block of README.md, docs/ and the chart's README, run as written on a real node (needs root)
+test-docs: node_modules control-plane rabbitmq4 real-node
+	vitest run --project docs
 
 lint: node_modules
 	eslint .

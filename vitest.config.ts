@@ -5,7 +5,8 @@
 // RabbitMQ 4 with quorum queues (the broker is a suite parameter: `useRabbit()`
 // and `queueType()` read it); and `e2e-node`, the suites that run the images
 // on a real node (a kubelet, containerd and runc: test/ground/real-node.ts),
-// one file at a time, last.
+// one file at a time; last `docs`, every shell block of the docs run as
+// written on the real node (test/docs/).
 import { defineConfig } from 'vitest/config';
 
 const integration = {
@@ -83,6 +84,20 @@ export default defineConfig({
           testTimeout: 300_000,
           hookTimeout: 600_000,
           sequence: { groupOrder: 3 },
+          provide: { broker: 'rabbitmq4' as const, queueType: 'quorum' as const },
+        },
+      },
+      {
+        test: {
+          ...integration,
+          name: 'docs',
+          include: ['test/docs/**/*.test.ts'],
+          // the real node again, after e2e-node's files are done with it
+          maxWorkers: 1,
+          fileParallelism: false,
+          testTimeout: 1_800_000,
+          hookTimeout: 600_000,
+          sequence: { groupOrder: 4 },
           provide: { broker: 'rabbitmq4' as const, queueType: 'quorum' as const },
         },
       },

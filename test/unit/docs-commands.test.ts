@@ -1,8 +1,8 @@
 // The docs' shell blocks name commands and flags that exist: every `make`
 // target in the Makefile, every `kubectl jobworker` and `jobfleet` command
-// and flag in that command's own help (src/cli/help.ts). The blocks marked
-// `sh runnable` are also run, on the test ground (test/integration/tour.test.ts);
-// this catches the rest, written for a reader's own JobWorker.
+// and flag in that command's own help (src/cli/help.ts), in seconds. The
+// blocks are also run, on a real node (test/docs/docs-run.test.ts); this
+// catches the illustrations and CONTRIBUTING's too.
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
