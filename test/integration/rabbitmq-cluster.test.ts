@@ -48,6 +48,9 @@ interface QueueInfo {
   members?: string[];
   online?: string[];
   messages?: number;
+  messages_ready?: number;
+  messages_unacknowledged?: number;
+  consumers?: number;
 }
 
 const queueInfo = (queue: string, via = cluster.mgmtUrls) =>
@@ -142,10 +145,29 @@ for (const fault of ['killed (SIGKILL)', 'cut off, then reconnected'] as const) 
         "select count(*)::int as n from jobfleet_claims where state = 'completed'",
       );
       expect(completed[0]!.n).toBe(JOBS);
-      await eventually('the work queue empty', async () => {
-        const q = await queueInfo(queue, cluster.nodes[survivor]!.mgmtUrl);
-        return q.messages === 0 ? true : undefined;
-      });
+      // Nothing waits in the queue. A killed node's consumers are gone, so
+      // the queue is empty too. A cut-off node's consumer may still hold
+      // deliveries whose jobs were done and recorded before the cut but
+      // whose acks never arrived. On RabbitMQ 4.3 a quorum queue keeps them
+      // checked out to that consumer (suspected down) until its node is back
+      // (4.0 returned them once the node was counted out). They come back
+      // then and are acked as duplicates, with no second effect; asserted
+      // below, after the node rejoins.
+      const emptyOrHeld = (held: boolean) =>
+        eventually('the work queue empty', async () => {
+          const q = await queueInfo(queue, cluster.nodes[survivor]!.mgmtUrl);
+          if (q.messages === 0 || (held && q.messages_ready === 0)) return q;
+          // thrown, so that a timeout says what the survivor last reported
+          throw new Error(
+            `messages ${q.messages} (ready ${q.messages_ready}, unacked ${q.messages_unacknowledged}), ` +
+              `${q.consumers} consumers, leader ${q.leader}, online on ${q.online?.join(' ')}`,
+          );
+        });
+      const beforeRejoin = await emptyOrHeld(!fault.startsWith('killed'));
+      if (beforeRejoin.messages)
+        console.info(
+          `cut off: ${beforeRejoin.messages} deliveries held by the lost node's consumer until it returns`,
+        );
 
       if (fault.startsWith('killed')) await cluster.restart(leader);
       else {
@@ -198,6 +220,14 @@ for (const fault of ['killed (SIGKILL)', 'cut off, then reconnected'] as const) 
           await rejoined(120_000);
         }
       }
+      // whatever was held comes back and goes out as a duplicate: the queue
+      // empties, and still no job has two effects
+      await emptyOrHeld(false);
+      const { rows: after } = await db.pool.query(
+        'select key, count(*)::int as n from effects group by key having count(*) > 1',
+      );
+      expect(after).toEqual([]);
+      expect(await done()).toBe(JOBS);
     }, 600_000);
   });
 }
