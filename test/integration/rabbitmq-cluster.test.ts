@@ -9,7 +9,7 @@ import amqp from 'amqplib';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { fetchQueueStats } from '../../src/signals/rabbitmq.js';
 import { publish } from '../../worker/index.js';
-import { topology } from '../../worker/topology.js';
+import { overLimitQueueName, topology } from '../../worker/topology.js';
 import {
   createEffectsTable,
   spawnEffectWorker,
@@ -231,3 +231,139 @@ for (const fault of ['killed (SIGKILL)', 'cut off, then reconnected'] as const) 
     }, 600_000);
   });
 }
+
+describe('a rolling restart of the three nodes under load', () => {
+  it('each node killed and restarted on its data in turn while a producer publishes with confirms: every confirmed job has one effect, nothing is left in the work queue, the delivery-limit queue or the quarantine', async () => {
+    const queue = `cluster.rolling.${Date.now()}`;
+    const t = topology({
+      queue,
+      deadLetterQueue: `${queue}.dlq`,
+      queueType: 'quorum',
+      initialDelaySeconds: 1,
+      maxDelaySeconds: 4,
+    });
+    const setup = await amqp.connect(cluster.nodes[0]!.amqpUrl);
+    const sch = await setup.createChannel();
+    await sch.assertQueue(t.work.name, t.work.options);
+    await setup.close();
+    for (let i = 0; i < 3; i++)
+      workers.push(
+        await spawnEffectWorker({
+          JOBFLEET_QUEUE: queue,
+          JOBFLEET_QUEUE_TYPE: 'quorum',
+          JOBFLEET_BROKER_URL: [0, 1, 2].map((k) => cluster.nodes[(i + k) % 3]!.amqpUrl).join(','),
+          JOBFLEET_CLAIMS_URL: db.url,
+          JOBFLEET_TEST_HANDLER_MS: '5',
+          JOBFLEET_PREFETCH: '16',
+          JOBFLEET_LEASE_SECONDS: '10',
+        }),
+      );
+
+    // The producer a user should write: publish with confirms, and publish
+    // again (same key) what was not confirmed, through the next node.
+    const confirmed = new Set<string>();
+    let republished = 0;
+    let stopping = false;
+    const producer = (async () => {
+      let via = 0;
+      let ch: amqp.ConfirmChannel | undefined;
+      let conn: amqp.ChannelModel | undefined;
+      for (let i = 0; !stopping; i++) {
+        for (let tries = 0; ; tries++) {
+          try {
+            if (!ch) {
+              conn = await amqp.connect(cluster.nodes[via % 3]!.amqpUrl);
+              conn.on('error', () => undefined);
+              ch = await conn.createConfirmChannel();
+              ch.on('error', () => undefined);
+              conn.on('close', () => {
+                ch = undefined;
+              });
+            }
+            const { key } = await publish(ch, queue, {
+              type: 'ship',
+              schemaVersion: 1,
+              payload: { orderId: `r-${i}` },
+              keyRule: CONTRACT.keyRule,
+            });
+            confirmed.add(key);
+            break;
+          } catch {
+            if (tries === 0) republished++;
+            ch = undefined;
+            await conn?.close().catch(() => undefined);
+            via++;
+            await new Promise((r) => setTimeout(r, 200));
+          }
+        }
+      }
+      await conn?.close().catch(() => undefined);
+    })();
+    const confirmedAtLeast = (n: number) =>
+      eventually(
+        `${n} jobs confirmed`,
+        () => Promise.resolve(confirmed.size >= n ? true : undefined),
+        120_000,
+        200,
+      );
+    const allRunning = () =>
+      eventually(
+        'all three nodes running, the queue online on each',
+        async () => {
+          const nodes: string[] = await cluster.running(0).catch(() => []);
+          const q: QueueInfo = await queueInfo(queue).catch(() => ({}));
+          if (nodes.length === 3 && q.online?.length === 3) return true;
+          throw new Error(`running ${nodes.join(' ')}; queue online on ${q.online?.join(' ')}`);
+        },
+        180_000,
+        1000,
+      );
+
+    for (let i = 0; i < 3; i++) {
+      await confirmedAtLeast(confirmed.size + 500);
+      await cluster.kill(i);
+      await confirmedAtLeast(confirmed.size + 300);
+      await cluster.restart(i);
+      await allRunning();
+    }
+    await confirmedAtLeast(confirmed.size + 300);
+    stopping = true;
+    await producer;
+
+    await eventually(
+      'every confirmed job done',
+      async () => {
+        const { rows } = await db.pool.query<{ key: string }>('select distinct key from effects');
+        const done = new Set(rows.map((r) => r.key));
+        return [...confirmed].every((k) => done.has(k)) ? true : undefined;
+      },
+      240_000,
+      1000,
+    );
+    const { rows: twice } = await db.pool.query(
+      'select key, count(*)::int as n from effects group by key having count(*) > 1',
+    );
+    expect(twice).toEqual([]);
+    for (const name of [queue, overLimitQueueName(queue), `${queue}.dlq`])
+      await eventually(`${name} empty`, async () => {
+        const q = await queueInfo(name);
+        if (q.messages === 0) return true;
+        throw new Error(
+          `${q.messages} messages (ready ${q.messages_ready}, unacked ${q.messages_unacknowledged})`,
+        );
+      });
+    const { rows: effects } = await db.pool.query<{ n: number }>(
+      'select count(*)::int as n from effects',
+    );
+    let duplicates = 0;
+    for (const w of workers)
+      duplicates += await w.metric('jobfleet_jobs_total', { outcome: 'duplicate' });
+    console.info(
+      `rolling restart: ${confirmed.size} jobs confirmed, ${effects[0]!.n} effects, ` +
+        `${republished} publishes retried unconfirmed, ${duplicates} duplicate deliveries suppressed, ` +
+        '0 left in the work queue, the delivery-limit queue and the quarantine',
+    );
+    // every publish was retried until confirmed: one effect per job published
+    expect(effects[0]!.n).toBe(confirmed.size);
+  }, 900_000);
+});
