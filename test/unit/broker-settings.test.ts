@@ -269,5 +269,15 @@ describe('BrokerSettingsSafe', () => {
       { type: 'Normal', reason: 'BrokerSettingsSafe', message: safe.condition.message },
     ]);
     expect(brokerEvents(undefined, safe.condition)).toEqual([]);
+    const warn = brokerVerdict(
+      ok({ featureFlags: [{ name: 'f', state: 'disabled', stability: 'stable' }] }),
+      spec,
+    )!;
+    expect(brokerEvents(recorded(bad.condition), warn.condition)).toMatchObject([
+      { type: 'Normal', reason: 'BrokerSettingsSafe' },
+    ]);
+    expect(brokerEvents(undefined, warn.condition)).toMatchObject([
+      { type: 'Warning', reason: 'BrokerSettingsUnsafe' },
+    ]);
   });
 });

@@ -84,8 +84,9 @@ export function brokerVerdict(
 }
 
 /**
- * An Event when the condition says something new: a Warning for a policy that
- * loses or stalls jobs or a warning reason, Normal once a failure clears.
+ * An Event when the condition says something new: Normal once a failure
+ * clears (warnings or not), else a Warning for a policy that loses or stalls
+ * jobs or a warning reason.
  * Nothing for a first safe check, nor for an unreadable API.
  */
 export function brokerEvents(
@@ -95,9 +96,9 @@ export function brokerEvents(
   if (!c || c.status === 'Unknown') return [];
   const before = previous?.find((x) => x.type === 'BrokerSettingsSafe');
   if (before && before.reason === c.reason && before.message === c.message) return [];
-  if (c.status === 'False' || c.reason !== 'SettingsSafe')
-    return [{ type: 'Warning', reason: 'BrokerSettingsUnsafe', message: c.message }];
-  return before?.status === 'False'
-    ? [{ type: 'Normal', reason: 'BrokerSettingsSafe', message: c.message }]
+  if (c.status === 'True' && before?.status === 'False')
+    return [{ type: 'Normal', reason: 'BrokerSettingsSafe', message: c.message }];
+  return c.status === 'False' || c.reason !== 'SettingsSafe'
+    ? [{ type: 'Warning', reason: 'BrokerSettingsUnsafe', message: c.message }]
     : [];
 }
