@@ -6,7 +6,12 @@
 // `readMs`, shared by its JobWorkers; a failed read keeps the last good one
 // for a few minutes, so one refused call does not flap the condition.
 import type { BrokerPolicy, BrokerSettings, BrokerSettingsRead } from '../reconcile/model/index.js';
-import { ManagementApiError, ManagementNotFound, managementGet } from './rabbitmq.js';
+import {
+  ManagementApiError,
+  ManagementNotFound,
+  ManagementRefused,
+  managementGet,
+} from './rabbitmq.js';
 
 /** How long a good read stands in for failed ones. */
 const STALE_OK_MS = 5 * 60_000;
@@ -52,10 +57,17 @@ export class BrokerSettingsReader {
       const [policies, operatorPolicies, featureFlags, deprecated] = await Promise.all([
         get<BrokerPolicy[]>(`/api/policies/${v}`, `policies of vhost "${vhost}"`),
         get<BrokerPolicy[]>(`/api/operator-policies/${v}`, `operator policies of vhost "${vhost}"`),
-        get<BrokerSettings['featureFlags']>('/api/feature-flags', 'feature flags'),
+        // both need the administrator tag: a monitoring user's management URL still checks policies
+        get<BrokerSettings['featureFlags']>('/api/feature-flags', 'feature flags').catch(
+          (err: unknown) => {
+            if (err instanceof ManagementRefused) return [];
+            throw err;
+          },
+        ),
         get<Array<{ name: string }>>('/api/deprecated-features/used', 'deprecated features').catch(
           (err: unknown) => {
-            if (err instanceof ManagementNotFound) return []; // before RabbitMQ 3.13: none to say
+            // before RabbitMQ 3.13 the path is absent: none to say
+            if (err instanceof ManagementNotFound || err instanceof ManagementRefused) return [];
             throw err;
           },
         ),

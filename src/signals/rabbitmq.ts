@@ -31,6 +31,9 @@ export class ManagementApiError extends Error {
 /** The management API has no such path or object (a newer API's path on an older broker). */
 export class ManagementNotFound extends ManagementApiError {}
 
+/** The management API refused the credentials (for everything, or for what needs another tag). */
+export class ManagementRefused extends ManagementApiError {}
+
 export async function fetchQueueStats(
   mgmtUrl: string,
   vhost: string,
@@ -134,7 +137,7 @@ async function managementGetOne<T>(
     throw new Unreachable(`RabbitMQ management API unreachable at ${where} (${cause})`);
   }
   if (res.status === 401)
-    throw new ManagementApiError(
+    throw new ManagementRefused(
       `RabbitMQ management API refused the credentials from the Secret (${where})`,
     );
   if (res.status === 404)
