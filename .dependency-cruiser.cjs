@@ -4,7 +4,7 @@
 //   worker/          the worker runtime, and the contract it shares with the operator
 //   src/api/         the custom resources' types and schemas, the reasons catalog
 //   src/reconcile/   pure decisions, no I/O: model/ below children/, scaling/,
-//                    cohort/, rollout/, status/; plan.ts composes them
+//                    cohort/, rollout/, status/, broker/; plan.ts composes them
 //   src/kube/ src/signals/ src/dlq/ src/metrics.ts
 //                    the edges: Kubernetes, RabbitMQ, PostgreSQL, Prometheus
 //   src/controller/  the shell: observe, plan, apply, write status
@@ -13,7 +13,7 @@
 //   src/tools/       build tools: the CRDs and the reference pages
 //
 // `make lint` runs these rules; test/unit/dependency-rules.test.ts shows them refusing.
-const CONCERNS = '(model|children|scaling|cohort|rollout|status)';
+const CONCERNS = '(model|children|scaling|cohort|rollout|status|broker)';
 /** Each concern of src/reconcile/, and the concerns it may import (docs/architecture.md). */
 const CONCERN_ORDER = {
   model: [],
@@ -22,6 +22,7 @@ const CONCERN_ORDER = {
   cohort: ['model', 'scaling'],
   rollout: ['model', 'children', 'scaling', 'cohort'],
   status: ['model', 'children', 'scaling', 'rollout'],
+  broker: ['model'],
 };
 
 /** A rule: imports from `from` to `to` are refused, with why. */

@@ -85,6 +85,12 @@ export function operatorMetrics(registry = new client.Registry()) {
       labelNames: ['namespace', 'jobworker', 'reason'],
       registers: r,
     }),
+    brokerSettingsUnsafe: new client.Gauge({
+      name: 'jobfleet_broker_settings_unsafe',
+      help: "The broker settings found of each reason (BrokerSettingsSafe): PolicyDropsJobs and ConsumerTimeoutTooShort lose or stall jobs; FeatureFlagsDisabled and DeprecatedFeaturesUsed block an upgrade. Absent when the broker's management API was not read",
+      labelNames: ['namespace', 'jobworker', 'reason'],
+      registers: r,
+    }),
     rolloutBlocked: new client.Gauge({
       name: 'jobfleet_rollout_blocked',
       help: '1 while a rollout or rollback is blocked by the compatibility gate',

@@ -11,6 +11,7 @@ import type { KubeClient } from './kube/client.js';
 import { EventRecorder } from './kube/events.js';
 import { requestKind } from './kube/request-kind.js';
 import { operatorMetrics, type OperatorMetrics } from './metrics.js';
+import { BrokerSettingsReader } from './signals/broker-settings.js';
 import { DeadLetterReader } from './signals/dead-letters.js';
 
 export interface OperatorOptions {
@@ -41,6 +42,8 @@ export interface OperatorOptions {
   secretTtlMs?: number;
   /** how often each JobWorker's dead-letter quarantine is read (default 30 s) */
   deadLetterReadMs?: number;
+  /** how often each broker's policies and feature flags are read (BrokerSettingsSafe; default 60 s) */
+  brokerSettingsReadMs?: number;
   /** how often a running JobReplay writes its progress (default 1 s) */
   replayProgressMs?: number;
   /** Prometheus for fleet signals (throttling) when a JobWorker names none */
@@ -79,6 +82,8 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const reconciler = new JobWorkerReconciler({
     deadLetters,
     deadLetterReadMs: o.deadLetterReadMs,
+    brokerSettings: new BrokerSettingsReader(),
+    brokerSettingsReadMs: o.brokerSettingsReadMs,
     client: o.client,
     events,
     metrics,

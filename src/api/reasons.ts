@@ -17,6 +17,7 @@ export const CONDITION_TYPES = [
   'AgeObjectiveMet',
   'AgeMeasured',
   'DeadLettersOverdue',
+  'BrokerSettingsSafe',
 ] as const;
 export type ConditionType = (typeof CONDITION_TYPES)[number];
 
@@ -201,6 +202,18 @@ export const CONDITIONS = {
       Unreadable: 'Unknown. The claims database could not be read.',
     },
   },
+  BrokerSettingsSafe: {
+    means:
+      'No RabbitMQ policy or operator policy loses or stalls the JobWorker’s jobs, and nothing blocks the next RabbitMQ upgrade (checked through spec.broker.managementUrlSecretRef, once a minute).',
+    reasons: {
+      PolicyDropsJobs: `False. A policy or operator policy that applies to one of the JobWorker’s queues sets a key that drops or expires jobs (max-length, max-length-bytes, message-ttl, expires, delivery-limit, dead-lettering on the work queue); the message names the policy, key, value and fix: ${RUNBOOK}a-policy-drops-jobs-policydropsjobs`,
+      ConsumerTimeoutTooShort: `False. The consumer timeout (a consumer-timeout policy, or RabbitMQ’s default 30 minutes, assumed) is shorter than the handler deadline plus the longest hold: long handlers come back as redeliveries: ${RUNBOOK}the-consumer-timeout-is-too-short-consumertimeouttooshort`,
+      FeatureFlagsDisabled: `True. Nothing loses jobs, but feature flags are not all enabled: the next RabbitMQ upgrade will not start: ${RUNBOOK}feature-flags-are-disabled-featureflagsdisabled`,
+      DeprecatedFeaturesUsed: `True. Nothing loses jobs, but the broker uses deprecated features a later RabbitMQ removes: ${RUNBOOK}deprecated-features-are-used-deprecatedfeaturesused`,
+      SettingsSafe: 'True. No policy loses or stalls jobs; every feature flag is enabled.',
+      NotChecked: 'Unknown. The management API could not be read; the message says why.',
+    },
+  },
 } as const satisfies Record<ConditionType, ConditionDoc>;
 
 /** The reasons condition `T` may carry: its own, and the workers' where it passes them on. */
@@ -290,6 +303,14 @@ const JOBWORKER_EVENTS = {
   CohortDrained: {
     type: 'Normal or Warning',
     when: 'The aborted cohort drained (Warning when its deadline cut the drain short).',
+  },
+  BrokerSettingsUnsafe: {
+    type: 'Warning',
+    when: 'BrokerSettingsSafe says something new that needs a person: a policy that loses or stalls jobs, or what blocks an upgrade.',
+  },
+  BrokerSettingsSafe: {
+    type: 'Normal',
+    when: 'The broker setting that lost or stalled jobs is gone (BrokerSettingsSafe=True again).',
   },
   ...mapValues(PROBLEM_REASONS, (when) => ({ type: 'Warning', when }) as const),
 } as const satisfies Record<string, EventDoc>;

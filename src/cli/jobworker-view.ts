@@ -81,6 +81,8 @@ export function statusLines(
     lines.push(
       `Last cohort: revision ${st.lastCohort.revision} ${st.lastCohort.result}${st.lastCohort.check ? ` (${st.lastCohort.check})` : ''} at ${st.lastCohort.finishedAt}`,
     );
+  const broker = cond(jw, 'BrokerSettingsSafe');
+  if (broker) lines.push(`Broker:      ${brokerWords(broker)}`);
   if (st.deadLetters)
     lines.push(
       `Dead letters: ${st.deadLetters.quarantined} quarantined${st.deadLetters.oldestDeadLetteredAt ? `, oldest from ${st.deadLetters.oldestDeadLetteredAt}` : ''} (owner ${st.deadLetters.owner ?? '-'})`,
@@ -167,7 +169,23 @@ export function whyLines(jw: JobWorkerView, operator?: OperatorWords): string[] 
   const out = blockers(jw);
   if (!out.length && !operator?.silent)
     out.push(`Nothing blocks ${jw.metadata.name}: phase ${jw.status?.phase ?? 'Unknown'}.`);
+  // what does not stop the fleet today, but needs a person before it does
+  const broker = cond(jw, 'BrokerSettingsSafe');
+  if (
+    broker?.status === 'Unknown' ||
+    (broker?.status === 'True' && broker.reason !== 'SettingsSafe')
+  )
+    out.push(`Warning: broker settings (${broker.reason}): ${broker.message}`);
   return operator?.why ? [operator.why, ...out] : out;
+}
+
+/** BrokerSettingsSafe in a few words, then what it says. */
+function brokerWords(c: Condition): string {
+  if (c.status === 'False') return `UNSAFE (${c.reason}) — ${c.message}`;
+  if (c.status === 'Unknown') return `not checked — ${c.message}`;
+  return c.reason === 'SettingsSafe'
+    ? 'settings safe'
+    : `safe, with a warning (${c.reason}) — ${c.message}`;
 }
 
 function blockers(jw: JobWorkerView): string[] {
@@ -192,6 +210,9 @@ function blockers(jw: JobWorkerView): string[] {
     out.push(`Not scaling on queue age (${scaling.reason}): ${scaling.message}`);
   const dl = cond(jw, 'DeadLettersOverdue');
   if (dl?.status === 'True') out.push(`Dead letters overdue (${dl.reason}): ${dl.message}`);
+  const broker = cond(jw, 'BrokerSettingsSafe');
+  if (broker?.status === 'False')
+    out.push(`Broker settings lose or stall jobs (${broker.reason}): ${broker.message}`);
   const lastCohort = jw.status?.lastCohort;
   if (
     jw.status?.abortedRevision &&

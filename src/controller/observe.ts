@@ -16,6 +16,7 @@ import type {
   DeadLetterInput,
   QueueStats,
 } from '../reconcile/model/index.js';
+import type { BrokerSettingsReader } from '../signals/broker-settings.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import type { DeadLetterRead, JobWorkerMemories } from './memory.js';
 import { fetchFleetSignals, prometheusFor, PrometheusError } from '../signals/prometheus.js';
@@ -50,6 +51,10 @@ export interface ObserverDeps {
   prometheusUrl?: string;
   deadLetters?: DeadLetterReader;
   deadLetterReadMs: number;
+  /** reads the broker's policies and flags (BrokerSettingsSafe); unset: not checked */
+  brokerSettings?: BrokerSettingsReader;
+  /** how often a broker's settings are read (default a minute) */
+  brokerSettingsReadMs?: number;
   /** each JobWorker's memory (./memory.ts), shared with the reconciler that forgets it */
   memory: JobWorkerMemories;
 }
@@ -110,6 +115,15 @@ export class Observer {
             cohortDeployment,
           )
         : undefined;
+    const api = spec && problems.length === 0 ? managementApi(secrets.values) : undefined;
+    const brokerSettings =
+      api && this.d.brokerSettings
+        ? await this.d.brokerSettings.read(
+            api.url,
+            api.vhost,
+            this.d.brokerSettingsReadMs ?? 60_000,
+          )
+        : undefined;
     const deadLetters =
       spec && this.d.deadLetters
         ? await this.observeDeadLetters(namespace, name, spec, secrets.values)
@@ -130,6 +144,7 @@ export class Observer {
       ...(queue && { queue }),
       polling,
       ...(deadLetters && { deadLetters }),
+      ...(brokerSettings && { brokerSettings }),
     };
   }
 

@@ -19,7 +19,9 @@ import {
 import type { Observation } from '../reconcile/model/index.js';
 import { planToCompletionAsync, type Plan, type PlanEvent } from '../reconcile/plan.js';
 import { DELETION_COST } from '../reconcile/scaling/index.js';
+import type { BrokerSettingsReader } from '../signals/broker-settings.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
+import { BROKER_REASONS } from '../reconcile/broker/index.js';
 import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
 import { Observer, type ObjectCache } from './observe.js';
 import { answerNeed } from './plan-reads.js';
@@ -46,6 +48,10 @@ export interface ReconcilerDeps {
   deadLetters?: DeadLetterReader;
   /** how often a JobWorker's quarantine is read (default 30 s) */
   deadLetterReadMs?: number;
+  /** reads each broker's policies and flags (BrokerSettingsSafe); unset: not checked */
+  brokerSettings?: BrokerSettingsReader;
+  /** how often a broker's settings are read (default a minute) */
+  brokerSettingsReadMs?: number;
   /** this operator's leader-election Lease, recorded in each status (`kubectl jobworker status` reads it) */
   operatorLease?: { namespace: string; name: string };
 }
@@ -70,6 +76,8 @@ export class JobWorkerReconciler {
       prometheusUrl: d.prometheusUrl,
       deadLetters: d.deadLetters,
       deadLetterReadMs: this.deadLetterReadMs,
+      brokerSettings: d.brokerSettings,
+      brokerSettingsReadMs: d.brokerSettingsReadMs,
       memory: this.memory,
     });
   }
@@ -118,6 +126,7 @@ export class JobWorkerReconciler {
         now: this.now(),
         pollMs: this.pollMs,
         deadLetterReadMs: this.deadLetterReadMs,
+        brokerSettingsReadMs: this.d.brokerSettingsReadMs,
         ...(this.d.operatorLease && { operatorLease: this.d.operatorLease }),
       },
       (need, answers) =>
@@ -211,6 +220,10 @@ export class JobWorkerReconciler {
       m.desiredReplicas.set(labels, plan.desiredReplicas);
       m.rolloutBlocked.set(labels, plan.rolloutBlocked ? 1 : 0);
     }
+    if (plan.brokerUnsafe)
+      for (const [reason, n] of Object.entries(plan.brokerUnsafe))
+        m.brokerSettingsUnsafe.set({ ...labels, reason }, n);
+    else for (const reason of BROKER_REASONS) m.brokerSettingsUnsafe.remove({ ...labels, reason });
   }
 
   /** A create; false when one of that name exists already. */
@@ -274,5 +287,6 @@ export class JobWorkerReconciler {
     for (const g of [m.oldestAge, m.queueDepth, m.desiredReplicas, m.targetAge, m.rolloutBlocked])
       g.remove(labels);
     for (const reason of LIMITED_BY) m.limitedBy.remove({ ...labels, reason });
+    for (const reason of BROKER_REASONS) m.brokerSettingsUnsafe.remove({ ...labels, reason });
   }
 }

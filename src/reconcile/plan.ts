@@ -7,6 +7,7 @@
 import type { JobWorker, JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../api/kube-object.js';
 import { iso, type ConditionInput, type Observation, type PlanEvent } from './model/index.js';
+import { brokerEvents, brokerVerdict, type BrokerVerdict } from './broker/index.js';
 import type { FiguresMemory } from './cohort/index.js';
 import {
   cohortDeploymentName,
@@ -82,6 +83,8 @@ export interface Plan {
   scaling?: ScalingOutcome;
   desiredReplicas: number;
   rolloutBlocked?: boolean;
+  /** findings of each broker reason, for the gauge; absent when the broker was not checked */
+  brokerUnsafe?: BrokerVerdict['counts'];
   requeueAfterMs?: number;
 }
 
@@ -93,6 +96,8 @@ export interface PlanInput {
   /** how often the queue is read while scaling on its age */
   pollMs: number;
   deadLetterReadMs: number;
+  /** how often the broker's settings are read (BrokerSettingsSafe), default a minute */
+  brokerSettingsReadMs?: number;
   /** the generation this process last announced a deprecated field for */
   deprecationWarned?: number;
   /** the leader-election Lease of the operator planning, recorded in status for `kubectl jobworker status` */
@@ -166,6 +171,7 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   if ('need' in w) return w;
   const { rollout, removal } = fleet;
   const pause = obs.spec && pauseSwitch(obs.raw);
+  const broker = brokerVerdict(obs.brokerSettings, obs.spec);
   const status = computeStatus({
     generation: obs.raw.metadata.generation ?? 0,
     previous: r.previous,
@@ -179,6 +185,7 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     paused: r.paused && pause ? pause : undefined,
     workers: w.condition,
     deadLetters: obs.deadLetters,
+    ...(broker && { broker: broker.condition }),
     rollout: rollout?.status,
     appliedReplicas: fleet.appliedReplicas,
     target: { name: obs.raw.metadata.name, namespace: obs.raw.metadata.namespace },
@@ -198,7 +205,13 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
   return {
     writes: writesOf(obs, { ...fleet, ...(removal && { podCosts: removal.writes }) }),
     status,
-    events: [...fleet.events, ...problemEvents(obs), ...w.events, ...pauseEvents(obs, r)],
+    events: [
+      ...fleet.events,
+      ...problemEvents(obs),
+      ...w.events,
+      ...pauseEvents(obs, r),
+      ...brokerEvents(r.previous?.conditions, broker?.condition),
+    ],
     ...(deprecation.length && { notices: deprecation }),
     ...(fleet.createdEvent && { createdEvent: fleet.createdEvent }),
     ...(removal && { scaleDownHeld: removal.heldDeliveries }),
@@ -208,6 +221,7 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     // as status says it: 0 while paused
     desiredReplicas: status.desiredReplicas ?? r.desiredReplicas,
     ...(rollout && { rolloutBlocked: rollout.blocked }),
+    ...(broker?.counts && { brokerUnsafe: broker.counts }),
     requeueAfterMs: requeue(i, status, rollout, r.scaling !== undefined),
   };
 }
@@ -722,6 +736,8 @@ function requeue(
   const deadLetterDue = i.obs.deadLetters
     ? Math.min(i.deadLetterReadMs, deadLetterDueInMs(i.obs.deadLetters, i.now) ?? Infinity)
     : Infinity;
-  const after = Math.min(scaled && i.obs.polling ? i.pollMs : Infinity, deadLetterDue);
+  // a removed policy clears BrokerSettingsSafe without a change of the JobWorker
+  const brokerDue = i.obs.brokerSettings ? (i.brokerSettingsReadMs ?? 60_000) : Infinity;
+  const after = Math.min(scaled && i.obs.polling ? i.pollMs : Infinity, deadLetterDue, brokerDue);
   return Number.isFinite(after) ? after : undefined;
 }

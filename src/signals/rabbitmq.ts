@@ -28,6 +28,12 @@ export class ManagementApiError extends Error {
   override readonly name = 'ManagementApiError';
 }
 
+/** The management API has no such path or object (a newer API's path on an older broker). */
+export class ManagementNotFound extends ManagementApiError {}
+
+/** The management API refused the credentials (for everything, or for what needs another tag). */
+export class ManagementRefused extends ManagementApiError {}
+
 export async function fetchQueueStats(
   mgmtUrl: string,
   vhost: string,
@@ -84,7 +90,7 @@ export async function fetchQueuedTotal(
  * list a cluster's nodes, separated by commas: each is tried in turn until
  * one answers, so a lost node does not blind the operator.
  */
-async function managementGet<T>(
+export async function managementGet<T>(
   mgmtUrls: string,
   path: string,
   what: string,
@@ -131,11 +137,11 @@ async function managementGetOne<T>(
     throw new Unreachable(`RabbitMQ management API unreachable at ${where} (${cause})`);
   }
   if (res.status === 401)
-    throw new ManagementApiError(
+    throw new ManagementRefused(
       `RabbitMQ management API refused the credentials from the Secret (${where})`,
     );
   if (res.status === 404)
-    throw new ManagementApiError(`not found through the management API (${where})`);
+    throw new ManagementNotFound(`not found through the management API (${where})`);
   if (res.status >= 500)
     throw new Unreachable(`RabbitMQ management API answered ${res.status} (${where})`);
   if (!res.ok)

@@ -207,3 +207,33 @@ describe('kubectl jobworker status: paused', () => {
     ).toContain('Replicas:    desired 0 (paused; 3 on resume), ready 0');
   });
 });
+
+describe('kubectl jobworker status|why: the broker settings', () => {
+  const broker = (status: string, reason: string, message: string) =>
+    jw({
+      phase: 'Healthy',
+      conditions: [{ type: 'BrokerSettingsSafe', status, reason, message }],
+    });
+
+  it('a policy that loses jobs is a blocker in why and UNSAFE in status', () => {
+    const bad = broker('False', 'PolicyDropsJobs', 'Policy "ttl" sets message-ttl=60000 …');
+    expect(whyLines(bad)).toEqual([
+      'Broker settings lose or stall jobs (PolicyDropsJobs): Policy "ttl" sets message-ttl=60000 …',
+    ]);
+    expect(statusLines(bad)).toContain(
+      'Broker:      UNSAFE (PolicyDropsJobs) — Policy "ttl" sets message-ttl=60000 …',
+    );
+  });
+
+  it('a warning reason is a warning after "Nothing blocks"; safe says so in status only', () => {
+    const warn = broker('True', 'FeatureFlagsDisabled', 'Feature flags not enabled: x.');
+    expect(whyLines(warn)).toEqual([
+      'Nothing blocks invoice-sender: phase Healthy.',
+      'Warning: broker settings (FeatureFlagsDisabled): Feature flags not enabled: x.',
+    ]);
+    const safe = broker('True', 'SettingsSafe', 'No policy …');
+    expect(whyLines(safe)).toEqual(['Nothing blocks invoice-sender: phase Healthy.']);
+    expect(statusLines(safe)).toContain('Broker:      settings safe');
+    expect(statusLines(jw({ phase: 'Healthy' })).some((l) => l.startsWith('Broker:'))).toBe(false);
+  });
+});

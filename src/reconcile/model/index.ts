@@ -4,6 +4,9 @@
 export { type ConditionInput, isTrue, phaseOf, setCondition } from './conditions.js';
 export type { PlanEvent } from './events.js';
 export type {
+  BrokerPolicy,
+  BrokerSettings,
+  BrokerSettingsRead,
   CapacityReading,
   DeadLetterInput,
   HeadReading,

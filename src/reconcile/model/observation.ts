@@ -44,7 +44,32 @@ export interface Observation {
   /** whether the queue is read at all (a management URL is set): the reconcile polls then */
   polling: boolean;
   deadLetters?: DeadLetterInput;
+  /** the broker's policies and flags, read only with a management URL (src/signals/broker-settings.ts) */
+  brokerSettings?: BrokerSettingsRead;
 }
+
+/** A policy or operator policy as the management API lists it (`/api/policies/{vhost}`). */
+export interface BrokerPolicy {
+  name: string;
+  pattern: string;
+  'apply-to': string;
+  priority: number;
+  definition: Record<string, unknown>;
+}
+
+/** What the management API says of the broker's settings that can lose or stall jobs. */
+export interface BrokerSettings {
+  policies: BrokerPolicy[];
+  operatorPolicies: BrokerPolicy[];
+  /** `/api/feature-flags`: state enabled, disabled or unavailable; stability stable, required or experimental */
+  featureFlags: Array<{ name: string; state: string; stability?: string }>;
+  /** `/api/deprecated-features/used` (RabbitMQ 4.x; none where the API has no such path) */
+  deprecatedFeaturesUsed: string[];
+}
+
+/** The broker's settings, or why they could not be read. */
+export type BrokerSettingsRead =
+  { ok: true; settings: BrokerSettings } | { ok: false; error: string };
 
 /** The queue's statistics, as the management API gives them (src/signals/rabbitmq.ts). */
 export interface QueueStats {

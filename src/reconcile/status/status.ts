@@ -143,6 +143,8 @@ export interface StatusInput {
   history: HistoryEntry[];
   now: Date;
   deadLetters?: DeadLetterInput;
+  /** BrokerSettingsSafe (../broker/), when the broker's settings were read */
+  broker?: ConditionInput;
   /** what the rollout planned (../rollout/planner.ts) */
   rollout?: RolloutStatus;
   /** WorkersReady (./workers.ts): a False one degrades the JobWorker */
@@ -274,6 +276,7 @@ function conditionsOf(
     ...optional(i.scaling && ageObjectiveCondition(i.scaling)),
     ...optional(i.scaling?.ageSource ? ageMeasuredCondition(i.scaling) : undefined),
     ...optional(i.deadLetters && deadLetterCondition(i.deadLetters, i.now)),
+    ...optional(i.broker),
     ...optional(i.rollout?.progressing),
     ...(i.rollout?.conditions ?? []),
     ...rolloutDefaults(i, recorded),
