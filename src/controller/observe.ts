@@ -17,7 +17,7 @@ import type {
   QueueStats,
 } from '../reconcile/model/index.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
-import type { DeadLetterRead, JobWorkerMemories } from './memory.js';
+import type { DeadLetterRead, JobWorkerMemories, ParsedSpec } from './memory.js';
 import { fetchFleetSignals, prometheusFor, PrometheusError } from '../signals/prometheus.js';
 import { readWorkerPods, type Pod } from '../signals/worker-metrics.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
@@ -52,6 +52,14 @@ export interface ObserverDeps {
   deadLetterReadMs: number;
   /** each JobWorker's memory (./memory.ts), shared with the reconciler that forgets it */
   memory: JobWorkerMemories;
+  /** told of each spec validation (tests count them) */
+  counts?: ReconcileCounts;
+}
+
+/** The costly steps of a reconcile, counted (tests: a reconcile that found nothing new makes none). */
+export interface ReconcileCounts {
+  specParsed?(): void;
+  planned?(): void;
 }
 
 /**
@@ -77,7 +85,7 @@ export class Observer {
   async observe(raw: KubeObject, cache: ObjectCache): Promise<Observation> {
     const namespace = raw.metadata.namespace as string;
     const name = raw.metadata.name;
-    const parsed = parseSpec(raw.spec);
+    const { parsed, env } = this.parsed(raw);
     const problems: Problem[] = [];
     if (!parsed.ok)
       problems.push({
@@ -85,10 +93,7 @@ export class Observer {
         message: `The spec is invalid: ${parsed.problems.join('; ')}.`,
       });
     const spec = parsed.ok ? parsed.spec : undefined;
-    if (spec) {
-      const env = envProblems(spec);
-      if (env.length) problems.push({ reason: 'InvalidSpec', message: env.join(' ') });
-    }
+    if (env.length) problems.push({ reason: 'InvalidSpec', message: env.join(' ') });
     const secrets = spec
       ? await this.readSecrets(namespace, spec)
       : { problems: [], values: new Map<string, string>() };
@@ -131,6 +136,23 @@ export class Observer {
       polling,
       ...(deadLetters && { deadLetters }),
     };
+  }
+
+  /**
+   * The spec parsed and checked once per uid and generation (the apiserver
+   * bumps the generation on every spec change): zod's validation of an
+   * unchanged spec was a good part of every reconcile's CPU.
+   */
+  private parsed(raw: KubeObject): ParsedSpec {
+    const memory = this.d.memory.of(`${raw.metadata.namespace}/${raw.metadata.name}`);
+    const generation = raw.metadata.generation;
+    const of = `${raw.metadata.uid ?? ''}/${generation ?? ''}`;
+    if (generation !== undefined && memory.spec?.of === of) return memory.spec;
+    this.d.counts?.specParsed?.();
+    const parsed = parseSpec(raw.spec);
+    const spec: ParsedSpec = { of, parsed, env: parsed.ok ? envProblems(parsed.spec) : [] };
+    if (generation !== undefined) memory.spec = spec;
+    return spec;
   }
 
   private async queue(

@@ -2,8 +2,9 @@
 // reads only) → plan (src/reconcile/plan.ts, pure; src/reconcile/children/writes.ts
 // settles which of its writes are still to make) → apply (here): those
 // writes in order, then the status write, then the events of what was
-// written. Level-triggered and idempotent: everything is read again each
-// time, and a steady state makes no writes at all.
+// written. Level-triggered and idempotent: each plan reads everything
+// again, and a steady state makes no writes at all. A reconcile that finds
+// nothing new since the last plan (./unchanged.ts) makes none.
 import type { Logger } from 'pino';
 import { API_VERSION, KIND, LIMITED_BY } from '../api/jobworker.js';
 import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
@@ -21,7 +22,8 @@ import { planToCompletionAsync, type Plan, type PlanEvent } from '../reconcile/p
 import { DELETION_COST } from '../reconcile/scaling/index.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
-import { Observer, type ObjectCache } from './observe.js';
+import { Observer, type ObjectCache, type ReconcileCounts } from './observe.js';
+import { childrenVersions, unchanged } from './unchanged.js';
 import { answerNeed } from './plan-reads.js';
 import type { ProcessResult } from './workqueue.js';
 
@@ -48,6 +50,8 @@ export interface ReconcilerDeps {
   deadLetterReadMs?: number;
   /** this operator's leader-election Lease, recorded in each status (`kubectl jobworker status` reads it) */
   operatorLease?: { namespace: string; name: string };
+  /** told of each spec validation and each plan (tests count them) */
+  counts?: ReconcileCounts;
 }
 
 export class JobWorkerReconciler {
@@ -71,6 +75,7 @@ export class JobWorkerReconciler {
       deadLetters: d.deadLetters,
       deadLetterReadMs: this.deadLetterReadMs,
       memory: this.memory,
+      ...(d.counts && { counts: d.counts }),
     });
   }
 
@@ -90,15 +95,32 @@ export class JobWorkerReconciler {
       this.forget(namespace, name);
       return {};
     }
+    const memory = this.memory.of(key);
+    const nowMs = this.now().getTime();
+    const children = childrenVersions(raw, cache);
+    const seen = { term: cache, raw, children, deadLetters: memory.deadLetters, nowMs };
+    if (unchanged(memory.planned, seen)) {
+      this.d.metrics.reconcileUnchanged.inc();
+      const due = memory.planned.dueAt;
+      return due !== undefined ? { requeueAfterMs: Math.max(1, due - nowMs) } : {};
+    }
+    memory.planned = undefined;
     const end = this.d.metrics.reconcileDuration.startTimer();
     try {
-      const memory = this.memory.of(key);
       const obs = await this.observer.observe(raw, cache);
       const plan = await this.plan(obs, memory);
       this.setGauges(namespace, name, plan);
-      await this.apply(raw, settle(plan, obs, memory.status), memory);
+      const written = await this.apply(raw, settle(plan, obs, memory.status), memory);
       if (obs.problems.length)
         throw new NeedsAttention(obs.problems.map((p) => p.message).join(' '));
+      // What this plan was made from: until one of these changes, or its requeue is due, it stands.
+      memory.planned = {
+        term: cache,
+        versions: [raw.metadata.resourceVersion, written].filter((v): v is string => !!v),
+        children,
+        deadLetters: memory.deadLetters,
+        ...(plan.requeueAfterMs !== undefined && { dueAt: nowMs + plan.requeueAfterMs }),
+      };
       return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
     } catch (err) {
       this.d.metrics.reconcileErrors.inc({ namespace, jobworker: name });
@@ -110,6 +132,7 @@ export class JobWorkerReconciler {
 
   /** The pure plan, with the reads it asks for answered. */
   private async plan(obs: Observation, memory: JobWorkerMemory): Promise<Plan> {
+    this.d.counts?.planned?.();
     const p = await planToCompletionAsync(
       {
         obs,
@@ -132,9 +155,14 @@ export class JobWorkerReconciler {
    * The settled writes (../reconcile/children/writes.ts) in order, then the status
    * (written even when a write failed: what the plan reached is recorded),
    * then each event whose writes were made. A list of writes: every choice
-   * was made by the planner and `settle`.
+   * was made by the planner and `settle`. Returns the resourceVersion our
+   * status write gave the JobWorker, if one was made.
    */
-  private async apply(raw: KubeObject, s: Settled, memory: JobWorkerMemory): Promise<void> {
+  private async apply(
+    raw: KubeObject,
+    s: Settled,
+    memory: JobWorkerMemory,
+  ): Promise<string | undefined> {
     const namespace = raw.metadata.namespace as string;
     const name = raw.metadata.name;
     let made = 0;
@@ -148,8 +176,9 @@ export class JobWorkerReconciler {
     } catch (err) {
       failed = err instanceof Error ? err : new Error(String(err));
     }
+    let written: string | undefined;
     if (s.status) {
-      await this.write(s.status.object, 'status');
+      written = (await this.write(s.status.object, 'status')).metadata.resourceVersion;
       memory.status = s.status.remember;
     }
     if (s.scaleDownHeld && made >= s.scaleDownHeld.after)
@@ -157,6 +186,7 @@ export class JobWorkerReconciler {
     const target = eventTarget({ ...raw, apiVersion: API_VERSION, kind: KIND });
     for (const { event, after } of s.events) if (made >= after) await this.emit(target, event);
     if (failed) throw failed;
+    return written;
   }
 
   /** One of the settled writes (../reconcile/children/writes.ts). */
