@@ -162,7 +162,7 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
         ? rolloutFleet(i, obs.spec, r)
         : idleFleet(r);
   if ('need' in fleet) return fleet;
-  const w = workersPhase(i, r, fleet.appliedReplicas);
+  const w = workersPhase(i, r, fleet.appliedReplicas, creating(obs, fleet));
   if ('need' in w) return w;
   const { rollout, removal } = fleet;
   const pause = obs.spec && pauseSwitch(obs.raw);
@@ -474,11 +474,25 @@ function rolloutEvents(
   return events;
 }
 
+/**
+ * The Deployment this reconcile creates, as status describes it: just
+ * created, no pod yet. The first status write already says the rollout has
+ * begun, and the next is when the fleet is Available (not one more between,
+ * when the watch brings the Deployment back).
+ */
+function creating(obs: Observation, fleet: Fleet): KubeObject | undefined {
+  if (obs.deployment) return undefined;
+  return fleet.children.find(
+    (c) => c.kind === 'Deployment' && c.metadata.name === obs.raw.metadata.name,
+  );
+}
+
 /** Phase 3: WorkersReady; pods short of ready for a while are asked why (a refused password, a database down). */
 function workersPhase(
   i: PlanInput,
   r: Replicas,
   appliedReplicas: number,
+  created: KubeObject | undefined,
 ):
   | {
       observed: ReturnType<typeof observeDeployment>;
@@ -489,7 +503,7 @@ function workersPhase(
   const { deployment } = i.obs;
   const checkWorkers = appliedReplicas > 0 && workersNeedChecking(deployment, i.now);
   if (checkWorkers && !('workers' in i.answers)) return { need: { kind: 'workers' } };
-  const observed = observeDeployment(deployment);
+  const observed = observeDeployment(deployment ?? created);
   const condition = workersReadyCondition(
     observed,
     appliedReplicas,
