@@ -7,6 +7,7 @@ import type { JobWorkerSpec } from '../api/jobworker.js';
 import type { Parsed } from '../api/parse.js';
 import type { ScalingMemory } from '../reconcile/plan.js';
 import type { StatusMemory } from '../reconcile/children/index.js';
+import type { WorkerReport } from '../reconcile/status/index.js';
 import type { DeadLetterStats } from '../signals/dead-letters.js';
 
 export interface DeadLetterRead {
@@ -27,6 +28,8 @@ export interface JobWorkerMemory {
   deprecationWarned?: number;
   /** when the worker pods' own figures were last read (ms) */
   countersReadAt?: number;
+  /** the unready pods' last answer (ms, and what they said), reused until the next asking is due */
+  workers?: { at: number; reports: WorkerReport[] | undefined };
   /** the spec as parsed and checked, for one uid and generation: an unchanged spec is not validated again */
   spec?: ParsedSpec;
   /** what the last plan was made from (./unchanged.ts): a reconcile that finds the same makes none */

@@ -243,9 +243,12 @@ export class Observer {
     ];
     const problems: Problem[] = [];
     const values = new Map<string, string>();
+    // One read per Secret per reconcile, found or not: refs often share one.
+    const read = new Map<string, ReturnType<Observer['secret']>>();
     for (const [field, ref] of refs) {
       if (!ref) continue;
-      const secret = await this.secret(namespace, ref.name);
+      if (!read.has(ref.name)) read.set(ref.name, this.secret(namespace, ref.name));
+      const secret = await read.get(ref.name);
       const encoded = secret?.data?.[ref.key];
       if (!secret) {
         problems.push({

@@ -18,8 +18,14 @@ import {
   type Write,
 } from '../reconcile/children/index.js';
 import type { Observation } from '../reconcile/model/index.js';
-import { planToCompletionAsync, type Plan, type PlanEvent } from '../reconcile/plan.js';
+import {
+  planToCompletionAsync,
+  type Plan,
+  type PlanAnswers,
+  type PlanEvent,
+} from '../reconcile/plan.js';
 import { DELETION_COST } from '../reconcile/scaling/index.js';
+import { workersAskEveryMs, workersShortSince } from '../reconcile/status/index.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
 import { Observer, type ObjectCache, type ReconcileCounts } from './observe.js';
@@ -133,6 +139,7 @@ export class JobWorkerReconciler {
   /** The pure plan, with the reads it asks for answered. */
   private async plan(obs: Observation, memory: JobWorkerMemory): Promise<Plan> {
     this.d.counts?.planned?.();
+    let asked = false;
     const p = await planToCompletionAsync(
       {
         obs,
@@ -143,12 +150,48 @@ export class JobWorkerReconciler {
         deadLetterReadMs: this.deadLetterReadMs,
         ...(this.d.operatorLease && { operatorLease: this.d.operatorLease }),
       },
-      (need, answers) =>
-        answerNeed(need, answers, obs, { log: this.d.log, prometheusUrl: this.d.prometheusUrl }),
+      (need, answers) => {
+        if (need.kind === 'workers') {
+          asked = true;
+          return this.askWorkers(obs, memory, answers);
+        }
+        return answerNeed(need, answers, obs, {
+          log: this.d.log,
+          prometheusUrl: this.d.prometheusUrl,
+        });
+      },
     );
+    // The fleet is ready again (or not yet short long enough): the next shortfall starts afresh.
+    if (!asked) memory.workers = undefined;
     if (p.memory) memory.scaling = p.memory;
     if (p.deprecationWarned !== undefined) memory.deprecationWarned = p.deprecationWarned;
     return p;
+  }
+
+  /**
+   * What the unready pods say, asked with backoff while the fleet stays
+   * short (../reconcile/status: workersAskEveryMs): 10 s, 20 s, 40 s … at most
+   * every 5 min; between, their last answer stands.
+   */
+  private async askWorkers(
+    obs: Observation,
+    memory: JobWorkerMemory,
+    answers: PlanAnswers,
+  ): Promise<void> {
+    const now = this.now().getTime();
+    const since = workersShortSince(obs.deployment);
+    const last = memory.workers;
+    if (last && since !== undefined && last.at >= since) {
+      if (now - last.at < workersAskEveryMs(last.at - since)) {
+        answers.workers = last.reports;
+        return;
+      }
+    }
+    await answerNeed({ kind: 'workers' }, answers, obs, {
+      log: this.d.log,
+      prometheusUrl: this.d.prometheusUrl,
+    });
+    memory.workers = { at: now, reports: answers.workers };
   }
 
   /**

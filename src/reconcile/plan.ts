@@ -48,8 +48,10 @@ import {
   computeStatus,
   deadLetterDueInMs,
   observeDeployment,
+  workersDueInMs,
   workersNeedChecking,
   workersReadyCondition,
+  workersShortSince,
   type WorkerReport,
 } from './status/index.js';
 
@@ -208,7 +210,7 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     // as status says it: 0 while paused
     desiredReplicas: status.desiredReplicas ?? r.desiredReplicas,
     ...(rollout && { rolloutBlocked: rollout.blocked }),
-    requeueAfterMs: requeue(i, status, rollout, r.scaling !== undefined),
+    requeueAfterMs: requeue(i, rollout, r.scaling !== undefined),
   };
 }
 
@@ -720,22 +722,22 @@ function scale(
 
 /**
  * When to look again: Deployment changes wake the reconcile through its
- * watch; queue age and the quarantine have none, so they are polled.
+ * watch (a rollout's progress too); queue age, the quarantine and the
+ * pods' own words have none, so they are polled.
  */
 function requeue(
   i: PlanInput,
-  status: JobWorkerStatus,
   rollout: RolloutPlan | undefined,
   scaled: boolean,
 ): number | undefined {
   if (i.obs.problems.length) return undefined; // retried with backoff instead
   if (rollout?.requeueMs !== undefined) return rollout.requeueMs;
-  if (status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'True'))
-    return Math.min(5000, i.pollMs);
   // Turn the condition at the moment the oldest quarantined entry passes maxAge.
   const deadLetterDue = i.obs.deadLetters
     ? Math.min(i.deadLetterReadMs, deadLetterDueInMs(i.obs.deadLetters, i.now) ?? Infinity)
     : Infinity;
-  const after = Math.min(scaled && i.obs.polling ? i.pollMs : Infinity, deadLetterDue);
+  // A Deployment that stays short of ready: its pods are asked why, with backoff (./status/workers.ts).
+  const workersDue = workersDueInMs(workersShortSince(i.obs.deployment), i.now) ?? Infinity;
+  const after = Math.min(scaled && i.obs.polling ? i.pollMs : Infinity, deadLetterDue, workersDue);
   return Number.isFinite(after) ? after : undefined;
 }
