@@ -56,6 +56,8 @@ export interface PlannedFrom {
   deadLetters: DeadLetterRead | undefined;
   /** when the plan asked to look again (ms); undefined: only news wakes it */
   dueAt?: number;
+  /** that requeue was only to read the quarantine again: an unchanged read plans nothing */
+  readQuarantine?: boolean;
 }
 
 export class JobWorkerMemories {

@@ -29,7 +29,7 @@ import { workersAskEveryMs, workersShortSince } from '../reconcile/status/index.
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
 import { Observer, type ObjectCache, type ReconcileCounts } from './observe.js';
-import { childrenVersions, unchanged } from './unchanged.js';
+import { childrenVersions, dueOnlyToReadQuarantine, sameRead, unchanged } from './unchanged.js';
 import { answerNeed } from './plan-reads.js';
 import type { ProcessResult } from './workqueue.js';
 
@@ -105,10 +105,20 @@ export class JobWorkerReconciler {
     const nowMs = this.now().getTime();
     const children = childrenVersions(raw, cache);
     const seen = { term: cache, raw, children, deadLetters: memory.deadLetters, nowMs };
-    if (unchanged(memory.planned, seen)) {
+    const last = memory.planned;
+    if (last && unchanged(last, seen)) {
       this.d.metrics.reconcileUnchanged.inc();
-      const due = memory.planned.dueAt;
+      const due = last.dueAt;
       return due !== undefined ? { requeueAfterMs: Math.max(1, due - nowMs) } : {};
+    }
+    // Due only to read the quarantine again: a read that says the same plans nothing.
+    if (last && dueOnlyToReadQuarantine(last, seen)) {
+      const read = await this.observer.rereadDeadLetters(raw).catch(() => undefined);
+      if (sameRead(last.deadLetters, read)) {
+        this.d.metrics.reconcileUnchanged.inc();
+        memory.planned = { ...last, deadLetters: read, dueAt: nowMs + this.deadLetterReadMs };
+        return { requeueAfterMs: this.deadLetterReadMs };
+      }
     }
     memory.planned = undefined;
     const end = this.d.metrics.reconcileDuration.startTimer();
@@ -126,6 +136,7 @@ export class JobWorkerReconciler {
         children,
         deadLetters: memory.deadLetters,
         ...(plan.requeueAfterMs !== undefined && { dueAt: nowMs + plan.requeueAfterMs }),
+        ...(plan.requeueToReadQuarantine && { readQuarantine: true }),
       };
       return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
     } catch (err) {

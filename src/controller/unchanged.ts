@@ -37,7 +37,7 @@ export function childrenVersions(raw: KubeObject, cache: ObjectCache): string {
  * read, and its requeue not yet due. `nowMs`: the reconcile's clock.
  */
 export function unchanged(
-  planned: PlannedFrom | undefined,
+  planned: PlannedFrom,
   now: {
     term: object;
     raw: KubeObject;
@@ -45,12 +45,25 @@ export function unchanged(
     deadLetters: DeadLetterRead | undefined;
     nowMs: number;
   },
-): planned is PlannedFrom {
-  if (!planned || planned.term !== now.term) return false;
+): boolean {
+  if (planned.term !== now.term) return false;
   const rv = now.raw.metadata.resourceVersion;
   if (!rv || !planned.versions.includes(rv)) return false;
   if (planned.children !== now.children || planned.deadLetters !== now.deadLetters) return false;
   return planned.dueAt === undefined || now.nowMs < planned.dueAt;
+}
+
+/** Nothing is new but the time to read the quarantine again, which was the plan's only reason to look again. */
+export function dueOnlyToReadQuarantine(
+  planned: PlannedFrom,
+  now: Parameters<typeof unchanged>[1],
+): boolean {
+  return !!planned.readQuarantine && unchanged({ ...planned, dueAt: undefined }, now);
+}
+
+/** Two quarantine reads that say the same. */
+export function sameRead(a: DeadLetterRead | undefined, b: DeadLetterRead | undefined): boolean {
+  return a?.error === b?.error && isDeepStrictEqual(a?.stats, b?.stats);
 }
 
 /**

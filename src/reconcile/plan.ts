@@ -85,6 +85,8 @@ export interface Plan {
   desiredReplicas: number;
   rolloutBlocked?: boolean;
   requeueAfterMs?: number;
+  /** the requeue is only the quarantine's periodic read: nothing else is due then */
+  requeueToReadQuarantine?: boolean;
 }
 
 export interface PlanInput {
@@ -210,7 +212,7 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     // as status says it: 0 while paused
     desiredReplicas: status.desiredReplicas ?? r.desiredReplicas,
     ...(rollout && { rolloutBlocked: rollout.blocked }),
-    requeueAfterMs: requeue(i, rollout, r.scaling !== undefined),
+    ...requeue(i, status, rollout, r.scaling !== undefined),
   };
 }
 
@@ -727,17 +729,31 @@ function scale(
  */
 function requeue(
   i: PlanInput,
+  status: JobWorkerStatus,
   rollout: RolloutPlan | undefined,
   scaled: boolean,
-): number | undefined {
-  if (i.obs.problems.length) return undefined; // retried with backoff instead
-  if (rollout?.requeueMs !== undefined) return rollout.requeueMs;
+): Pick<Plan, 'requeueAfterMs' | 'requeueToReadQuarantine'> {
+  if (i.obs.problems.length) return {}; // retried with backoff instead
+  if (rollout?.requeueMs !== undefined) return { requeueAfterMs: rollout.requeueMs };
+  // A new revision rolling out over one that ran (or held by the gate) reads its gate's
+  // signals again every few seconds; a JobWorker's first rollout is driven by its Deployment.
+  if (
+    i.obs.raw.status &&
+    (i.obs.raw.status as JobWorkerStatus).currentRevision !== undefined &&
+    status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'True')
+  )
+    return { requeueAfterMs: Math.min(5000, i.pollMs) };
   // Turn the condition at the moment the oldest quarantined entry passes maxAge.
-  const deadLetterDue = i.obs.deadLetters
-    ? Math.min(i.deadLetterReadMs, deadLetterDueInMs(i.obs.deadLetters, i.now) ?? Infinity)
-    : Infinity;
+  const turns = i.obs.deadLetters ? deadLetterDueInMs(i.obs.deadLetters, i.now) : undefined;
+  const read = i.obs.deadLetters ? i.deadLetterReadMs : Infinity;
   // A Deployment that stays short of ready: its pods are asked why, with backoff (./status/workers.ts).
   const workersDue = workersDueInMs(workersShortSince(i.obs.deployment), i.now) ?? Infinity;
-  const after = Math.min(scaled && i.obs.polling ? i.pollMs : Infinity, deadLetterDue, workersDue);
-  return Number.isFinite(after) ? after : undefined;
+  const other = Math.min(
+    scaled && i.obs.polling ? i.pollMs : Infinity,
+    turns ?? Infinity,
+    workersDue,
+  );
+  const after = Math.min(other, read);
+  if (!Number.isFinite(after)) return {};
+  return { requeueAfterMs: after, ...(read < other && { requeueToReadQuarantine: true }) };
 }

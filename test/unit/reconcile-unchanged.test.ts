@@ -11,10 +11,12 @@ import { hasNews } from '../../src/controller/unchanged.js';
 import type { KubeClient, KubeObject } from '../../src/kube/client.js';
 import type { EventRecorder } from '../../src/kube/events.js';
 import { operatorMetrics } from '../../src/metrics.js';
+import type { DeadLetterReader, DeadLetterStats } from '../../src/signals/dead-letters.js';
 import { jobWorkerObject } from './jobworker-fixture.js';
 
-function setUp() {
+function setUp(deadLetters?: () => DeadLetterStats) {
   let rv = 10;
+  let now = Date.parse('2026-12-01T12:00:00Z');
   let jobWorker = jobWorkerObject({ uid: 'u1', resourceVersion: String(rv) });
   const statusWrites: KubeObject[] = [];
   const client = {
@@ -51,7 +53,10 @@ function setUp() {
     events: { emit: () => Promise.resolve() } as unknown as EventRecorder,
     metrics,
     log: pino({ level: 'silent' }),
-    now: () => new Date('2026-12-01T12:00:00Z'),
+    now: () => new Date(now),
+    ...(deadLetters && {
+      deadLetters: { read: () => Promise.resolve(deadLetters()) } as unknown as DeadLetterReader,
+    }),
     counts: { specParsed: () => counts.specParsed++, planned: () => counts.planned++ },
   });
   const unchanged = async () =>
@@ -65,6 +70,7 @@ function setUp() {
     deployments,
     unchanged,
     jobWorker: () => jobWorker,
+    later: (ms: number) => (now += ms),
     edit: (spec: Record<string, unknown>) => {
       jobWorker = {
         ...jobWorker,
@@ -121,6 +127,23 @@ describe('a reconcile with nothing new', () => {
     await w.reconciler.reconcile('ns/w', w.term());
     await w.reconciler.reconcile('ns/w', w.term());
     expect(w.counts.planned).toBe(2);
+  });
+});
+
+describe('the quarantine read every 30 s', () => {
+  it('plans again only when the read says something new', async () => {
+    let stats = { quarantined: 0 } as DeadLetterStats;
+    const w = setUp(() => stats);
+    const cache = w.term();
+    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 30_000 });
+    w.later(30_000);
+    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 30_000 });
+    expect(w.counts.planned).toBe(1);
+    w.later(30_000);
+    stats = { quarantined: 2, oldestAt: new Date('2026-12-01T12:00:30Z') };
+    await w.reconciler.reconcile('ns/w', cache);
+    expect(w.counts.planned).toBe(2);
+    expect(w.counts.specParsed).toBe(1);
   });
 });
 
