@@ -28,8 +28,8 @@ export interface JobWorkerMemory {
   deprecationWarned?: number;
   /** when the worker pods' own figures were last read (ms) */
   countersReadAt?: number;
-  /** the unready pods' last answer (ms, and what they said), reused until the next asking is due */
-  workers?: { at: number; reports: WorkerReport[] | undefined };
+  /** the unready pods' last answer (ms, which pods, and what they said), reused until the next asking is due */
+  workers?: { at: number; pods: string; reports: WorkerReport[] | undefined };
   /** the spec as parsed and checked, for one uid and generation: an unchanged spec is not validated again */
   spec?: ParsedSpec;
   /** what the last plan was made from (./unchanged.ts): a reconcile that finds the same makes none */

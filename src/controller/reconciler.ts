@@ -27,6 +27,7 @@ import {
 import { DELETION_COST } from '../reconcile/scaling/index.js';
 import { workersAskEveryMs, workersShortSince } from '../reconcile/status/index.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
+import { podsToAsk } from '../signals/worker-readiness.js';
 import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
 import { Observer, type ObjectCache, type ReconcileCounts } from './observe.js';
 import { childrenVersions, dueOnlyToReadQuarantine, sameRead, unchanged } from './unchanged.js';
@@ -182,7 +183,7 @@ export class JobWorkerReconciler {
   /**
    * What the unready pods say, asked with backoff while the fleet stays
    * short (../reconcile/status: workersAskEveryMs): 10 s, 20 s, 40 s … at most
-   * every 5 min; between, their last answer stands.
+   * every 5 min; between, their last answer stands while the same pods are unready.
    */
   private async askWorkers(
     obs: Observation,
@@ -191,8 +192,9 @@ export class JobWorkerReconciler {
   ): Promise<void> {
     const now = this.now().getTime();
     const since = workersShortSince(obs.deployment);
+    const pods = podsToAsk(obs.pods);
     const last = memory.workers;
-    if (last && since !== undefined && last.at >= since) {
+    if (last && since !== undefined && last.at >= since && last.pods === pods) {
       if (now - last.at < workersAskEveryMs(last.at - since)) {
         answers.workers = last.reports;
         return;
@@ -202,7 +204,7 @@ export class JobWorkerReconciler {
       log: this.d.log,
       prometheusUrl: this.d.prometheusUrl,
     });
-    memory.workers = { at: now, reports: answers.workers };
+    memory.workers = { at: now, pods, reports: answers.workers };
   }
 
   /**
