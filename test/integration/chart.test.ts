@@ -255,6 +255,7 @@ describe('the Helm chart, rendered', () => {
       'JobfleetRetryRateHigh',
       'JobfleetRolloutBlocked',
       'JobfleetCappedByDownstream',
+      'JobfleetBrokerSettingsUnsafe',
       'JobfleetReconcileErrors',
     ]);
     expect(rules[0]!.for).toBe('20m');
