@@ -15,6 +15,9 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
 
+/** The plugin's archive, in memory on its way to gzip. */
+const ARCHIVE_MAX_BYTES = 64 * 1024 * 1024;
+
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 export interface Release {
@@ -53,21 +56,29 @@ export async function buildRelease(out: string): Promise<Release> {
   chmodSync(plugin, 0o755);
   copyFileSync(path.join(root, 'LICENSE'), path.join(stage, 'LICENSE'));
 
+  // (execFileSync's default 1 MiB output buffer is smaller than the plugin, a 1 MB bundle.)
   // The same bytes for the same sources: sorted names, fixed times and owners, no gzip name/time.
   const archive = path.join(out, `kubectl-jobworker_${tag}.tar.gz`);
-  const tar = execFileSync('tar', [
-    '--create',
-    '--sort=name',
-    '--mtime=@0',
-    '--owner=0',
-    '--group=0',
-    '--numeric-owner',
-    '--directory',
-    stage,
-    'kubectl-jobworker',
-    'LICENSE',
-  ]);
-  writeFileSync(archive, execFileSync('gzip', ['-n', '-9'], { input: tar }));
+  const tar = execFileSync(
+    'tar',
+    [
+      '--create',
+      '--sort=name',
+      '--mtime=@0',
+      '--owner=0',
+      '--group=0',
+      '--numeric-owner',
+      '--directory',
+      stage,
+      'kubectl-jobworker',
+      'LICENSE',
+    ],
+    { maxBuffer: ARCHIVE_MAX_BYTES },
+  );
+  writeFileSync(
+    archive,
+    execFileSync('gzip', ['-n', '-9'], { input: tar, maxBuffer: ARCHIVE_MAX_BYTES }),
+  );
   const sha256 = createHash('sha256').update(readFileSync(archive)).digest('hex');
   writeFileSync(`${archive}.sha256`, `${sha256}  ${path.basename(archive)}\n`);
   copyFileSync(plugin, path.join(out, 'kubectl-jobworker'));
