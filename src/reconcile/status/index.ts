@@ -5,9 +5,6 @@ export { computeStatus, deadLetterDueInMs, duration, observeDeployment } from '.
 export {
   parseWorkerWords,
   type WorkerReport,
-  workersAskEveryMs,
-  workersDueInMs,
   workersNeedChecking,
   workersReadyCondition,
-  workersShortSince,
 } from './workers.js';
