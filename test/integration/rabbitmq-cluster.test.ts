@@ -58,6 +58,22 @@ const queueInfo = (queue: string, via = cluster.mgmtUrls) =>
     headers: { authorization: `Basic ${Buffer.from('guest:guest').toString('base64')}` },
   }).then((r) => r.json() as Promise<QueueInfo>);
 
+/** Three effect workers draining `queue`, each given every node, starting with a different one. */
+async function startWorkers(queue: string): Promise<void> {
+  for (let i = 0; i < 3; i++)
+    workers.push(
+      await spawnEffectWorker({
+        JOBFLEET_QUEUE: queue,
+        JOBFLEET_QUEUE_TYPE: 'quorum',
+        JOBFLEET_BROKER_URL: [0, 1, 2].map((k) => cluster.nodes[(i + k) % 3]!.amqpUrl).join(','),
+        JOBFLEET_CLAIMS_URL: db.url,
+        JOBFLEET_TEST_HANDLER_MS: '5',
+        JOBFLEET_PREFETCH: '16',
+        JOBFLEET_LEASE_SECONDS: '10',
+      }),
+    );
+}
+
 for (const fault of ['killed (SIGKILL)', 'cut off, then reconnected'] as const) {
   describe(`the node leading the work queue ${fault}`, () => {
     it('mid-drain of 5,000 jobs: 0 lost, 0 duplicate effects, the fleet drains on through the other nodes, age is read through a survivor, the node rejoins', async () => {
@@ -93,21 +109,7 @@ for (const fault of ['killed (SIGKILL)', 'cut off, then reconnected'] as const) 
       expect(leader).toBeGreaterThanOrEqual(0);
       const survivor = (leader + 1) % 3;
 
-      for (let i = 0; i < 3; i++)
-        workers.push(
-          await spawnEffectWorker({
-            JOBFLEET_QUEUE: queue,
-            JOBFLEET_QUEUE_TYPE: 'quorum',
-            // every node, starting with a different one for each worker
-            JOBFLEET_BROKER_URL: [0, 1, 2]
-              .map((k) => cluster.nodes[(i + k) % 3]!.amqpUrl)
-              .join(','),
-            JOBFLEET_CLAIMS_URL: db.url,
-            JOBFLEET_TEST_HANDLER_MS: '5',
-            JOBFLEET_PREFETCH: '16',
-            JOBFLEET_LEASE_SECONDS: '10',
-          }),
-        );
+      await startWorkers(queue);
       const done = async () =>
         (await db.pool.query<{ n: number }>('select count(distinct key)::int as n from effects'))
           .rows[0]!.n;
@@ -246,18 +248,7 @@ describe('a rolling restart of the three nodes under load', () => {
     const sch = await setup.createChannel();
     await sch.assertQueue(t.work.name, t.work.options);
     await setup.close();
-    for (let i = 0; i < 3; i++)
-      workers.push(
-        await spawnEffectWorker({
-          JOBFLEET_QUEUE: queue,
-          JOBFLEET_QUEUE_TYPE: 'quorum',
-          JOBFLEET_BROKER_URL: [0, 1, 2].map((k) => cluster.nodes[(i + k) % 3]!.amqpUrl).join(','),
-          JOBFLEET_CLAIMS_URL: db.url,
-          JOBFLEET_TEST_HANDLER_MS: '5',
-          JOBFLEET_PREFETCH: '16',
-          JOBFLEET_LEASE_SECONDS: '10',
-        }),
-      );
+    await startWorkers(queue);
 
     // The producer a user should write: publish with confirms, and publish
     // again (same key) what was not confirmed, through the next node.
