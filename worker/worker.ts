@@ -35,6 +35,7 @@ import { HeadWatch } from './queue-head.js';
 import { sendConfirmed } from './producer.js';
 import { topology, type QueueDecl, type Topology } from './topology.js';
 import { brokerUrls } from './broker-urls.js';
+import { HOLD_LIMIT_MS } from './hold-limit.js';
 
 export interface WorkerOptions {
   /** what this code consumes; must match JOBFLEET_KEY_RULE / JOBFLEET_SCHEMA_VERSIONS when set */
@@ -104,13 +105,7 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     });
   });
 
-/**
- * How long a delivery is held through a claim-store outage before it goes
- * back to the broker: well under RabbitMQ's consumer_timeout (30 minutes by
- * default), past which the broker closes the channel and returns every
- * delivery on it.
- */
-export const HOLD_LIMIT_MS = 10 * 60_000;
+export { HOLD_LIMIT_MS };
 
 function backoffMs(attempt: number, random: () => number): number {
   const cap = Math.min(30_000, 500 * 2 ** Math.min(attempt, 10));

@@ -6,4 +6,4 @@
 export { ENV, type WorkerConfigInput } from '../../worker/config.js';
 export { NOT_READY_REASONS, PASSING } from '../../worker/readiness.js';
 export { topology } from '../../worker/topology.js';
-export { HOLD_LIMIT_MS } from '../../worker/worker.js';
+export { HOLD_LIMIT_MS } from '../../worker/hold-limit.js';
