@@ -15,7 +15,7 @@ NODE_DEP := $(NODE_HOME)/bin/node
 endif
 export PATH := $(NODE_HOME)/bin:$(PATH):/usr/local/go/bin:$(CURDIR)/node_modules/.bin
 
-.PHONY: node node-path test test-unit test-integration test-e2e-node test-docs lint typecheck build release chart-docs bench chaos demo dev images control-plane real-node rabbitmq4 clean deps crds pod-template-schema docs-ref docs-diagram docs-architecture
+.PHONY: node node-path compat test test-unit test-integration test-e2e-node test-docs lint typecheck build release chart-docs bench chaos demo dev images control-plane real-node rabbitmq4 clean deps crds pod-template-schema docs-ref docs-diagram docs-architecture
 
 # (progress goes to stderr: `make -s node-path` prints the directory alone)
 $(NODE_HOME)/bin/node:
@@ -113,12 +113,18 @@ control-plane:
 	@if [ -n "$$KUBEBUILDER_ASSETS" ]; then echo "using KUBEBUILDER_ASSETS=$$KUBEBUILDER_ASSETS"; \
 	else bash test/ground/build-control-plane.sh >/dev/null; fi
 
-## rabbitmq4: Debian 13's RabbitMQ 4 (with its Erlang) in a debootstrap chroot under .cache/rabbitmq/
+## rabbitmq4: Debian unstable's RabbitMQ 4.3 (with its Erlang) in a debootstrap chroot under .cache/rabbitmq/ (RABBITMQ4_* in versions.env)
 ## (once, about a minute, needs root); the test ground runs it beside the machine's broker
 ## (skipped when JOBFLEET_TEST_AMQP4_URL names a RabbitMQ 4 to use instead)
 rabbitmq4:
 	@if [ -n "$$JOBFLEET_TEST_AMQP4_URL" ]; then echo "using JOBFLEET_TEST_AMQP4_URL"; \
 	else bash test/ground/build-rabbitmq.sh >/dev/null; fi
+
+## compat: the older lines against this commit, not in every CI run (about an hour the first time):
+## the kube-facing suites on Kubernetes COMPAT_KUBE_VERSION, the broker-facing ones on Debian 13's
+## RabbitMQ 4.0 (test/ground/versions.env), each built once into .cache/; prints docs/compatibility.md's rows
+compat: node_modules
+	bash test/ground/compat.sh
 
 ## bench: benchmarks into bench/RESULTS.md (BENCH=worker runs one; BENCH_ARGS="--jobs 2000 --runs 1" for a short one)
 bench: node_modules

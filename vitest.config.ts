@@ -40,13 +40,6 @@ const brokerless = [
   'pod-template',
 ].map((f) => `test/integration/${f}.test.ts`);
 
-/**
- * Suites that run on the machine's RabbitMQ 3.10 only: broker-settings sets its policies with
- * the machine's rabbitmqctl and expects the feature flags 3.10 leaves disabled (on RabbitMQ 4,
- * through the management API, is still to be written: issue 49).
- */
-const machineBrokerOnly = ['broker-settings'].map((f) => `test/integration/${f}.test.ts`);
-
 export default defineConfig({
   test: {
     reporters: process.env.CI ? ['default', 'json'] : ['default'],
@@ -75,7 +68,7 @@ export default defineConfig({
           ...integration,
           name: 'integration-rabbitmq4',
           include: ['test/integration/**/*.test.ts'],
-          exclude: [...brokerless, ...machineBrokerOnly],
+          exclude: brokerless,
           sequence: { groupOrder: 2 },
           provide: { broker: 'rabbitmq4' as const, queueType: 'quorum' as const },
         },

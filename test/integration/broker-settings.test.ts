@@ -1,12 +1,14 @@
-// BrokerSettingsSafe on the real RabbitMQ and apiserver: a policy set with
-// rabbitmqctl that drops jobs on the work queue, an operator policy that caps
-// the quarantine, and a handler deadline past the consumer timeout each turn
-// the condition False, with an Event, a blocker in `kubectl jobworker why`,
-// the Broker: line of `status` and the gauge; each clears once undone. The
-// feature flags RabbitMQ 3.10 leaves disabled are a warning: True.
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+// BrokerSettingsSafe on the real RabbitMQ and apiserver, both brokers: a
+// policy that drops jobs on the work queue, an operator policy that caps the
+// quarantine, and a handler deadline past the consumer timeout each turn the
+// condition False, with an Event, a blocker in `kubectl jobworker why`, the
+// Broker: line of `status` and the gauge; each clears once undone. The
+// feature flags RabbitMQ 3.10 leaves disabled, and on RabbitMQ 4 a deprecated
+// feature in use (a transient queue that is not exclusive), are warnings: True.
+// Policies are set through the management API (what `rabbitmqctl set_policy`
+// does), so the suite needs no shell on the broker's host.
+import amqp from 'amqplib';
+import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
 import type { KubeObject } from '../../src/kube/client.js';
 import type { Operator } from '../../src/operator.js';
 import { kubectlWithPlugin } from '../fixtures/kubectl-plugin.js';
@@ -15,7 +17,7 @@ import { NAME, condition, runnerGround, type RunnerGround } from '../fixtures/ru
 import { eventually } from '../ground/eventually.js';
 import { QUEUE } from './worker-harness.js';
 
-const run = promisify(execFile);
+const onRabbitmq4 = (inject('broker') ?? 'machine') === 'rabbitmq4';
 let g: RunnerGround;
 let op: Operator | undefined;
 
@@ -28,9 +30,21 @@ afterEach(async () => {
   await g?.cleanup();
 });
 
-/** The machine's rabbitmqctl, on the test's vhost. */
-const ctl = (command: string, ...args: string[]) =>
-  run('rabbitmqctl', [command, '-p', g.h.rabbit.vhost, ...args]);
+/** A policy (`kind` policies) or operator policy (`operator-policies`) on the test's vhost, as `rabbitmqctl set_policy` sets it. */
+const setPolicy = (
+  kind: 'policies' | 'operator-policies',
+  name: string,
+  pattern: string,
+  definition: Record<string, unknown>,
+) =>
+  g.h.rabbit.mgmt.request('PUT', `/${kind}/${encodeURIComponent(g.h.rabbit.vhost)}/${name}`, {
+    pattern,
+    definition,
+    'apply-to': 'queues',
+    priority: 0,
+  });
+const clearPolicy = (kind: 'policies' | 'operator-policies', name: string) =>
+  g.h.rabbit.mgmt.request('DELETE', `/${kind}/${encodeURIComponent(g.h.rabbit.vhost)}/${name}`);
 
 const events = async (reason: string) =>
   (
@@ -48,6 +62,16 @@ const said = (reason: string) =>
     async () => {
       const c = condition(await g.getJw(), 'BrokerSettingsSafe');
       return c?.reason === reason ? c : undefined;
+    },
+    30_000,
+  );
+/** BrokerSettingsSafe True again: no reason to fail (warnings from the broker as a whole may stay). */
+const safeAgain = () =>
+  eventually(
+    'BrokerSettingsSafe True',
+    async () => {
+      const c = condition(await g.getJw(), 'BrokerSettingsSafe');
+      return c?.status === 'True' ? c : undefined;
     },
     30_000,
   );
@@ -74,17 +98,23 @@ describe('BrokerSettingsSafe', () => {
     const status = async () =>
       (await kubectl('jobworker', 'status', NAME, '-n', g.ns.namespace)).stdout;
 
-    // RabbitMQ 3.10.8 leaves some stable feature flags disabled: a warning, still True.
-    const flags = await said('FeatureFlagsDisabled');
-    expect(flags.status).toBe('True');
-    expect(flags.message).toContain('rabbitmqctl enable_feature_flag all');
-    expect(await why()).toContain('Warning: broker settings (FeatureFlagsDisabled)');
-    expect(await why()).toContain(`Nothing blocks ${NAME}`);
-    expect(await status()).toContain('Broker:      safe, with a warning (FeatureFlagsDisabled)');
-    expect(await gauge()).toMatchObject({ FeatureFlagsDisabled: 1, PolicyDropsJobs: 0 });
+    if (!onRabbitmq4) {
+      // RabbitMQ 3.10.8 leaves some stable feature flags disabled: a warning, still True.
+      const flags = await said('FeatureFlagsDisabled');
+      expect(flags.status).toBe('True');
+      expect(flags.message).toContain('rabbitmqctl enable_feature_flag all');
+      expect(await why()).toContain('Warning: broker settings (FeatureFlagsDisabled)');
+      expect(await why()).toContain(`Nothing blocks ${NAME}`);
+      expect(await status()).toContain('Broker:      safe, with a warning (FeatureFlagsDisabled)');
+      expect(await gauge()).toMatchObject({ FeatureFlagsDisabled: 1, PolicyDropsJobs: 0 });
+    } else {
+      // A fresh RabbitMQ 4 node has every stable flag on.
+      await safeAgain();
+      expect(await gauge()).toMatchObject({ FeatureFlagsDisabled: 0, PolicyDropsJobs: 0 });
+    }
 
     // A message TTL on the work queue drops jobs.
-    await ctl('set_policy', '--apply-to', 'queues', 'ttl', `^${QUEUE}$`, '{"message-ttl":60000}');
+    await setPolicy('policies', 'ttl', `^${QUEUE}$`, { 'message-ttl': 60000 });
     const ttl = await said('PolicyDropsJobs');
     expect(ttl.status).toBe('False');
     expect(ttl.message).toContain(
@@ -101,30 +131,23 @@ describe('BrokerSettingsSafe', () => {
         ? true
         : undefined,
     );
-    await ctl('clear_policy', 'ttl');
-    await said('FeatureFlagsDisabled');
+    await clearPolicy('policies', 'ttl');
+    await safeAgain();
     expect(await gauge()).toMatchObject({ PolicyDropsJobs: 0 });
     await eventually('the Normal event', async () =>
       (await events('BrokerSettingsSafe')).length ? true : undefined,
     );
 
     // An operator policy capping the quarantine drops dead letters.
-    await ctl(
-      'set_operator_policy',
-      '--apply-to',
-      'queues',
-      'cap',
-      '\\.dlq$',
-      '{"max-length":1000}',
-    );
+    await setPolicy('operator-policies', 'cap', '\\.dlq$', { 'max-length': 1000 });
     const cap = await said('PolicyDropsJobs');
     expect(cap.message).toContain(
       `Operator policy "cap" sets max-length=1000 on the quarantine queue "${QUEUE}.dlq"`,
     );
     expect(cap.message).toContain('rabbitmqctl set_operator_policy');
     expect(await why()).toContain('Operator policy "cap"');
-    await ctl('clear_operator_policy', 'cap');
-    await said('FeatureFlagsDisabled');
+    await clearPolicy('operator-policies', 'cap');
+    await safeAgain();
 
     // A handler deadline that, with the longest hold, outlasts RabbitMQ's default 30 minutes.
     await g.apply(spec(1500));
@@ -135,9 +158,37 @@ describe('BrokerSettingsSafe', () => {
     expect(await why()).toContain('(ConsumerTimeoutTooShort)');
     expect(await gauge()).toMatchObject({ ConsumerTimeoutTooShort: 1 });
     await g.apply(spec(900));
-    await said('FeatureFlagsDisabled');
+    await safeAgain();
     expect(await gauge()).toMatchObject({ ConsumerTimeoutTooShort: 0, PolicyDropsJobs: 0 });
   }, 180_000);
+
+  it.runIf(onRabbitmq4)(
+    'warns of a deprecated feature in use on RabbitMQ 4, and clears once it is gone',
+    async () => {
+      op = await testOperator(g.client, g.ns.namespace, {
+        pollMs: 1000,
+        brokerSettingsReadMs: 500,
+      });
+      await g.apply(g.spec({ scaling: { minReplicas: 0, maxReplicas: 1 } }));
+      await safeAgain();
+      // A transient queue that is not exclusive: RabbitMQ 4 marks transient_nonexcl_queues used.
+      const conn = await amqp.connect(g.h.rabbit.amqpUrl);
+      try {
+        const ch = await conn.createChannel();
+        await ch.assertQueue('scratch-transient', { durable: false, exclusive: false });
+        const used = await said('DeprecatedFeaturesUsed');
+        expect(used.status).toBe('True');
+        expect(used.message).toContain('transient_nonexcl_queues');
+        expect(await gauge()).toMatchObject({ DeprecatedFeaturesUsed: 1, PolicyDropsJobs: 0 });
+        await ch.deleteQueue('scratch-transient');
+        await said('SettingsSafe');
+        expect(await gauge()).toMatchObject({ DeprecatedFeaturesUsed: 0 });
+      } finally {
+        await conn.close();
+      }
+    },
+    120_000,
+  );
 
   it('is not set without a management URL', async () => {
     op = await testOperator(g.client, g.ns.namespace, { pollMs: 1000, brokerSettingsReadMs: 500 });

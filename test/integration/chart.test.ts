@@ -15,7 +15,7 @@ import { KubeClient, type KubeObject } from '../../src/kube/client.js';
 import { KubeAccess } from '../../src/kube/kubeconfig.js';
 import type { Operator } from '../../src/operator.js';
 import { testOperator, urlSecrets } from '../fixtures/operator.js';
-import { assetsDir, repoRoot, startControlPlane } from '../ground/control-plane.js';
+import { assetsDir, groundVersions, repoRoot, startControlPlane } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
 import { loadKubeConfig } from '../ground/kube.js';
@@ -46,8 +46,9 @@ function helm(...args: string[]) {
 type Doc = KubeObject & Record<string, any>;
 /** The operator's image: the chart has no default (none is published); every install names one. */
 const IMAGE = 'image.repository=registry.example/jobfleet-operator';
-/** The Kubernetes versions the chart is rendered for: its oldest supported and the newest. */
-const KUBE_VERSIONS = ['1.30.0', '1.35.4'] as const;
+/** The Kubernetes versions the chart is rendered for: its oldest admitted and the ground's (versions.env). */
+const GROUND_KUBE = groundVersions().KUBE_VERSION!;
+const KUBE_VERSIONS = ['1.30.0', GROUND_KUBE] as const;
 
 /** `helm template` for Kubernetes `kube`; each `set` is a --set, or a --set-json when it starts with "json:". */
 async function renderFor(kube: string, ...set: string[]): Promise<Doc[]> {
@@ -67,7 +68,7 @@ async function renderFor(kube: string, ...set: string[]): Promise<Doc[]> {
     .map((d) => d.toJSON() as Doc)
     .filter(Boolean);
 }
-const render = (...set: string[]) => renderFor('1.35.4', ...set);
+const render = (...set: string[]) => renderFor(GROUND_KUBE, ...set);
 /** A ClusterRole the chart folds into the built-in view/edit/admin roles (for people). */
 const aggregated = (d: Doc) =>
   Object.keys(d.metadata?.labels ?? {}).some((l) =>
@@ -100,14 +101,14 @@ describe('the Helm chart, rendered', () => {
       }
   });
 
-  it('renders the same objects for Kubernetes 1.30 and 1.35, every option on', async () => {
+  it(`renders the same objects for Kubernetes 1.30 and ${GROUND_KUBE}, every option on`, async () => {
     const [oldest, newest] = await Promise.all(KUBE_VERSIONS.map((k) => renderFor(k, ...ALL_ON)));
     expect(kinds(oldest!)).toEqual(kinds(newest!));
     expect(kinds(newest!)).toContain('ValidatingAdmissionPolicy//jf-jobfleet-replay-initiator');
   });
 
   it('without image.repository, refuses to render and says which value to set', async () => {
-    const failure = await helm('template', 'jf', CHART, '--kube-version', '1.35.4').then(
+    const failure = await helm('template', 'jf', CHART, '--kube-version', GROUND_KUBE).then(
       () => '',
       (err: Error & { stderr?: string }) => err.stderr ?? err.message,
     );

@@ -234,9 +234,10 @@ describe('step 6: claim store unavailable', () => {
       // Nothing acked, and the worker returns nothing itself (no `requeued`
       // outcome): it holds what it was given and stops consuming, so the rest
       // waits in the queue. How many it was given before it saw the store fail
-      // depends on timing: all 3 are either held or waiting, none gone. (Under
-      // load RabbitMQ 4 has redelivered some around the consumer's cancel, not
-      // yet explained: docs/compatibility.md, the delivery limit.)
+      // depends on timing: all 3 are either held or waiting, none gone. (On
+      // quorum queues a delivery that reaches the channel after the consumer's
+      // cancel is returned by the broker itself, marked redelivered:
+      // docs/compatibility.md, the delivery limit.)
       const stats = () =>
         h.rabbit.mgmt.get<{ messages_ready?: number; messages_unacknowledged?: number }>(
           `/queues/${encodeURIComponent(h.rabbit.vhost)}/${QUEUE}`,
