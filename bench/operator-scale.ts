@@ -10,12 +10,13 @@ import path from 'node:path';
 import { pino } from 'pino';
 import { parse } from 'yaml';
 import { Informer } from '../src/controller/informer.js';
-import { parseSpec, type JobWorker } from '../src/api/jobworker.js';
+import { API_VERSION, KIND, parseSpec, type JobWorker } from '../src/api/jobworker.js';
 import { KubeClient, type KubeObject } from '../src/kube/client.js';
 import {
   desiredDeployment,
   desiredMetricsService,
   desiredPdb,
+  desiredRevisionRecord,
 } from '../src/reconcile/children/desired.js';
 import { freePort, repoRoot, startControlPlane } from '../test/ground/control-plane.js';
 import { compiled } from '../test/ground/compiled.js';
@@ -66,8 +67,16 @@ export interface OperatorBench {
     byProcess: Record<string, number>;
     floorByProcess: Record<string, number>;
   };
-  /** reconciles until converged, the seconds they took in all, and how long keys waited in the queue in all */
-  reconciles: { count: number; seconds: number; queueWaitSeconds: number };
+  /**
+   * reconciles until converged (all JobWorker reconciles, the unchanged ones
+   * that planned nothing among them), the seconds the planned ones took in
+   * all, and how long keys waited in the queue in all
+   */
+  reconciles: { count: number; unchanged: number; seconds: number; queueWaitSeconds: number };
+  /** JobWorker status writes per JobWorker until converged (target ≤ 2) */
+  statusWritesPerJobWorker: number;
+  /** the operator's CPU per JobWorker per minute over the steady window (ms; target ≤ 1) */
+  steadyOperatorCpuMsPerJobWorkerMinute: number;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -211,10 +220,12 @@ function exampleSpec(): { broker: Record<string, unknown> } & Record<string, unk
 }
 
 /**
- * The floor: what the control plane itself needs for the same objects — each
- * JobWorker's Deployment, Service and PDB (the operator's own templates, no
- * owner) server-side applied directly in the same batches of 50, on a fresh
- * control plane — until every Deployment is Available.
+ * The floor: what a user's own manifests and the least controller would
+ * cost the control plane for the same fleet — each JobWorker object itself,
+ * its Deployment, Service and PDB (the operator's own templates, owned by it),
+ * its ControllerRevision, and one status write — server-side applied
+ * directly in the same batches of 50, on a fresh control plane, without the
+ * operator, until every Deployment is Available.
  */
 async function floorRun(
   count: number,
@@ -225,32 +236,37 @@ async function floorRun(
     const client = KubeClient.fromFile(plane.kubeconfigPath);
     const namespace = 'floor';
     await client.create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } });
-    const spec = parseSpec(exampleSpec());
+    const raw = exampleSpec();
+    const spec = parseSpec(raw);
     if (!spec.ok) throw new Error(spec.problems.join('; '));
-    // no owner: the garbage collector would delete children of a JobWorker that does not exist
-    const unowned = (o: KubeObject): KubeObject => {
-      const metadata = { ...o.metadata };
-      delete metadata.ownerReferences;
-      return { ...o, metadata };
-    };
     const t0 = performance.now();
     const profile = profiled(plane.kubeconfigPath, 'floor');
     const names = Array.from({ length: count }, (_, i) => `w-${String(i).padStart(4, '0')}`);
     for (let i = 0; i < names.length; i += 50) {
       await Promise.all(
         names.slice(i, i + 50).map(async (name) => {
-          const jw = {
-            apiVersion: 'jobfleet.dev/v1alpha1',
-            kind: 'JobWorker',
-            metadata: { name, namespace, uid: 'floor', generation: 1 },
-            spec: spec.spec,
-          } as JobWorker;
+          const made = await client.apply<KubeObject>(
+            { apiVersion: API_VERSION, kind: KIND, metadata: { name, namespace }, spec: raw },
+            'floor',
+          );
+          const jw = { ...made, spec: spec.spec } as unknown as JobWorker;
           for (const o of [
             desiredDeployment(jw, '1', 1),
             desiredMetricsService(jw),
             desiredPdb(jw),
           ])
-            await client.apply(unowned(o), 'floor');
+            await client.apply(o, 'floor');
+          await client.create(desiredRevisionRecord(jw, '1', raw));
+          await client.apply(
+            {
+              apiVersion: API_VERSION,
+              kind: KIND,
+              metadata: { name, namespace },
+              status: { observedGeneration: made.metadata.generation, phase: 'Progressing' },
+            },
+            'floor',
+            { subresource: 'status' },
+          );
         }),
       );
     }
@@ -381,14 +397,17 @@ export async function runOperatorBench(opts: {
     const heapUsedMiB = gauge(converged, 'nodejs_heap_size_used_bytes') / 2 ** 20;
     const connections = counterBy(converged, 'jobfleet_api_connections_total', 'purpose');
     const reconciles = {
-      count: gauge(converged, 'jobfleet_reconcile_duration_seconds_count'),
+      count: counterBy(converged, 'jobfleet_reconcile_total', 'controller').jobworker ?? 0,
+      unchanged: gauge(converged, 'jobfleet_reconcile_unchanged_total'),
       seconds: gauge(converged, 'jobfleet_reconcile_duration_seconds_sum'),
       queueWaitSeconds: gauge(converged, 'jobfleet_workqueue_queue_duration_seconds_sum', true),
     };
     // Let the last status writes and Deployment events settle, then watch a steady state.
     await sleep(5000);
     const settled = await writesByKind(port);
+    const steadyCpu0 = processCpuSeconds(operator.pid!);
     if (opts.steadySeconds) await sleep(opts.steadySeconds * 1000);
+    const steadyCpu = processCpuSeconds(operator.pid!) - steadyCpu0;
     const after = await writesByKind(port);
     const steadyByKind = Object.fromEntries(
       Object.entries(after)
@@ -412,6 +431,10 @@ export async function runOperatorBench(opts: {
       heapUsedMiB,
       connections,
       writesPerJobWorker: total(settled) / opts.count,
+      statusWritesPerJobWorker: (settled['JobWorker/status'] ?? 0) / opts.count,
+      steadyOperatorCpuMsPerJobWorkerMinute: opts.steadySeconds
+        ? (1000 * steadyCpu) / opts.count / (opts.steadySeconds / 60)
+        : 0,
       steadyByKind,
       steadySeconds: opts.steadySeconds,
       resyncSeconds: opts.resyncSeconds,

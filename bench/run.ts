@@ -51,7 +51,7 @@ if (!only || only === 'operator') {
   const rs = [];
   for (let i = 0; i < runs; i++) {
     const r = await runOperatorBench({
-      count: quick ? 100 : 1000,
+      count: arg('--count') ?? (quick ? 100 : 1000),
       steadySeconds: i === runs - 1 ? steady : 0,
       resyncSeconds: 60,
     });

@@ -115,6 +115,11 @@ export function operatorMetrics(registry = new client.Registry()) {
       labelNames: ['controller', 'result'],
       registers: r,
     }),
+    reconcileUnchanged: new client.Counter({
+      name: 'jobfleet_reconcile_unchanged_total',
+      help: 'JobWorker reconciles that found nothing changed since the last plan (no plan made)',
+      registers: r,
+    }),
     apiRequests: new client.Counter({
       name: 'jobfleet_api_requests_total',
       help: 'Requests to the Kubernetes API by verb, resource and HTTP status code',

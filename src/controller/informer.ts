@@ -13,8 +13,11 @@ export interface InformerOptions {
   namespace?: string;
   labelSelector?: string;
   resyncMs: number;
-  /** `obj` undefined: deleted, and `gone` is the object as last seen */
-  onChange(key: string, obj: KubeObject | undefined, gone?: KubeObject): void;
+  /**
+   * `obj` undefined: deleted, and `gone` is the object as last seen; `old`,
+   * on a change the watch or a relist brought, is the object it replaced
+   */
+  onChange(key: string, obj: KubeObject | undefined, gone?: KubeObject, old?: KubeObject): void;
   log: Logger;
   /** each watch opened after the first (a timeout, an error, a 410): jobfleet_watch_restarts_total */
   onWatchRestart?: () => void;
@@ -146,7 +149,7 @@ export class Informer {
       const old = this.cache.get(key);
       this.put(key, obj);
       if (!old || old.metadata.resourceVersion !== obj.metadata.resourceVersion)
-        this.opts.onChange(key, obj);
+        this.opts.onChange(key, obj, undefined, old);
     }
     for (const key of [...this.cache.keys()]) {
       if (!seen.has(key)) {
@@ -194,8 +197,9 @@ export class Informer {
               this.remove(key);
               this.opts.onChange(key, undefined, full);
             } else {
+              const old = this.cache.get(key);
               this.put(key, full);
-              this.opts.onChange(key, full);
+              this.opts.onChange(key, full, undefined, old);
             }
           },
           abort.signal,

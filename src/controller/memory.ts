@@ -3,8 +3,11 @@
 // its pods' counters were read — in one record per JobWorker, so a deleted
 // JobWorker is forgotten by one delete. Lost on restart, and that is fine:
 // each part is rebuilt from the cluster and the queue within a few reconciles.
+import type { JobWorkerSpec } from '../api/jobworker.js';
+import type { Parsed } from '../api/parse.js';
 import type { ScalingMemory } from '../reconcile/plan.js';
 import type { StatusMemory } from '../reconcile/children/index.js';
+import type { WorkerReport } from '../reconcile/status/index.js';
 import type { DeadLetterStats } from '../signals/dead-letters.js';
 
 export interface DeadLetterRead {
@@ -25,6 +28,36 @@ export interface JobWorkerMemory {
   deprecationWarned?: number;
   /** when the worker pods' own figures were last read (ms) */
   countersReadAt?: number;
+  /** the unready pods' last answer (ms, which pods, and what they said), reused until the next asking is due */
+  workers?: { at: number; pods: string; reports: WorkerReport[] | undefined };
+  /** the spec as parsed and checked, for one uid and generation: an unchanged spec is not validated again */
+  spec?: ParsedSpec;
+  /** what the last plan was made from (./unchanged.ts): a reconcile that finds the same makes none */
+  planned?: PlannedFrom;
+}
+
+export interface ParsedSpec {
+  /** uid/generation */
+  of: string;
+  parsed: Parsed<JobWorkerSpec>;
+  /** what the environment rules say of it (src/reconcile/children: envProblems) */
+  env: string[];
+}
+
+/** The inputs of a JobWorker's last plan, as compared by ./unchanged.ts. */
+export interface PlannedFrom {
+  /** the leadership term's caches it read: a new term plans afresh */
+  term: object;
+  /** the JobWorker's resourceVersions that are still the same object: the one planned from, and the one our status write made */
+  versions: string[];
+  /** its children's resourceVersions, as ./unchanged.ts lists them */
+  children: string;
+  /** the quarantine read it saw (compared by identity: each read is a new one) */
+  deadLetters: DeadLetterRead | undefined;
+  /** when the plan asked to look again (ms); undefined: only news wakes it */
+  dueAt?: number;
+  /** that requeue was only to read the quarantine again: an unchanged read plans nothing */
+  readQuarantine?: boolean;
 }
 
 export class JobWorkerMemories {

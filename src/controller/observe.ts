@@ -18,7 +18,7 @@ import type {
 } from '../reconcile/model/index.js';
 import type { BrokerSettingsReader } from '../signals/broker-settings.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
-import type { DeadLetterRead, JobWorkerMemories } from './memory.js';
+import type { DeadLetterRead, JobWorkerMemories, ParsedSpec } from './memory.js';
 import { fetchFleetSignals, prometheusFor, PrometheusError } from '../signals/prometheus.js';
 import { readWorkerPods, type Pod } from '../signals/worker-metrics.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
@@ -57,6 +57,14 @@ export interface ObserverDeps {
   brokerSettingsReadMs?: number;
   /** each JobWorker's memory (./memory.ts), shared with the reconciler that forgets it */
   memory: JobWorkerMemories;
+  /** told of each spec validation (tests count them) */
+  counts?: ReconcileCounts;
+}
+
+/** The costly steps of a reconcile, counted (tests: a reconcile that found nothing new makes none). */
+export interface ReconcileCounts {
+  specParsed?(): void;
+  planned?(): void;
 }
 
 /**
@@ -82,7 +90,7 @@ export class Observer {
   async observe(raw: KubeObject, cache: ObjectCache): Promise<Observation> {
     const namespace = raw.metadata.namespace as string;
     const name = raw.metadata.name;
-    const parsed = parseSpec(raw.spec);
+    const { parsed, env } = this.parsed(raw);
     const problems: Problem[] = [];
     if (!parsed.ok)
       problems.push({
@@ -90,10 +98,7 @@ export class Observer {
         message: `The spec is invalid: ${parsed.problems.join('; ')}.`,
       });
     const spec = parsed.ok ? parsed.spec : undefined;
-    if (spec) {
-      const env = envProblems(spec);
-      if (env.length) problems.push({ reason: 'InvalidSpec', message: env.join(' ') });
-    }
+    if (env.length) problems.push({ reason: 'InvalidSpec', message: env.join(' ') });
     const secrets = spec
       ? await this.readSecrets(namespace, spec)
       : { problems: [], values: new Map<string, string>() };
@@ -146,6 +151,38 @@ export class Observer {
       ...(deadLetters && { deadLetters }),
       ...(brokerSettings && { brokerSettings }),
     };
+  }
+
+  /**
+   * The quarantine read alone, for a JobWorker whose last plan stands
+   * (./unchanged.ts): the spec as parsed, its Secrets as cached. Resolves
+   * to the read now in its memory.
+   */
+  async rereadDeadLetters(raw: KubeObject): Promise<DeadLetterRead | undefined> {
+    const namespace = raw.metadata.namespace as string;
+    const name = raw.metadata.name;
+    const { parsed } = this.parsed(raw);
+    if (!parsed.ok || !this.d.deadLetters) return undefined;
+    const secrets = await this.readSecrets(namespace, parsed.spec);
+    await this.observeDeadLetters(namespace, name, parsed.spec, secrets.values);
+    return this.d.memory.of(`${namespace}/${name}`).deadLetters;
+  }
+
+  /**
+   * The spec parsed and checked once per uid and generation (the apiserver
+   * bumps the generation on every spec change): zod's validation of an
+   * unchanged spec was a good part of every reconcile's CPU.
+   */
+  private parsed(raw: KubeObject): ParsedSpec {
+    const memory = this.d.memory.of(`${raw.metadata.namespace}/${raw.metadata.name}`);
+    const generation = raw.metadata.generation;
+    const of = `${raw.metadata.uid ?? ''}/${generation ?? ''}`;
+    if (generation !== undefined && memory.spec?.of === of) return memory.spec;
+    this.d.counts?.specParsed?.();
+    const parsed = parseSpec(raw.spec);
+    const spec: ParsedSpec = { of, parsed, env: parsed.ok ? envProblems(parsed.spec) : [] };
+    if (generation !== undefined) memory.spec = spec;
+    return spec;
   }
 
   private async queue(
@@ -236,9 +273,12 @@ export class Observer {
     ];
     const problems: Problem[] = [];
     const values = new Map<string, string>();
+    // One read per Secret per reconcile, found or not: refs often share one.
+    const read = new Map<string, ReturnType<Observer['secret']>>();
     for (const [field, ref] of refs) {
       if (!ref) continue;
-      const secret = await this.secret(namespace, ref.name);
+      if (!read.has(ref.name)) read.set(ref.name, this.secret(namespace, ref.name));
+      const secret = await read.get(ref.name);
       const encoded = secret?.data?.[ref.key];
       if (!secret) {
         problems.push({

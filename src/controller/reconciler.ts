@@ -2,8 +2,9 @@
 // reads only) → plan (src/reconcile/plan.ts, pure; src/reconcile/children/writes.ts
 // settles which of its writes are still to make) → apply (here): those
 // writes in order, then the status write, then the events of what was
-// written. Level-triggered and idempotent: everything is read again each
-// time, and a steady state makes no writes at all.
+// written. Level-triggered and idempotent: each plan reads everything
+// again, and a steady state makes no writes at all. A reconcile that finds
+// nothing new since the last plan (./unchanged.ts) makes none.
 import type { Logger } from 'pino';
 import { API_VERSION, KIND, LIMITED_BY } from '../api/jobworker.js';
 import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from '../kube/client.js';
@@ -17,13 +18,21 @@ import {
   type Write,
 } from '../reconcile/children/index.js';
 import type { Observation } from '../reconcile/model/index.js';
-import { planToCompletionAsync, type Plan, type PlanEvent } from '../reconcile/plan.js';
+import {
+  planToCompletionAsync,
+  type Plan,
+  type PlanAnswers,
+  type PlanEvent,
+} from '../reconcile/plan.js';
 import { DELETION_COST } from '../reconcile/scaling/index.js';
+import { BROKER_REASONS } from '../reconcile/broker/index.js';
+import { workersAskEveryMs, workersShortSince } from '../reconcile/status/index.js';
 import type { BrokerSettingsReader } from '../signals/broker-settings.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
-import { BROKER_REASONS } from '../reconcile/broker/index.js';
+import { podsToAsk } from '../signals/worker-readiness.js';
 import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
-import { Observer, type ObjectCache } from './observe.js';
+import { Observer, type ObjectCache, type ReconcileCounts } from './observe.js';
+import { childrenVersions, dueOnlyToReadQuarantine, sameRead, unchanged } from './unchanged.js';
 import { answerNeed } from './plan-reads.js';
 import type { ProcessResult } from './workqueue.js';
 
@@ -54,6 +63,8 @@ export interface ReconcilerDeps {
   brokerSettingsReadMs?: number;
   /** this operator's leader-election Lease, recorded in each status (`kubectl jobworker status` reads it) */
   operatorLease?: { namespace: string; name: string };
+  /** told of each spec validation and each plan (tests count them) */
+  counts?: ReconcileCounts;
 }
 
 export class JobWorkerReconciler {
@@ -79,6 +90,7 @@ export class JobWorkerReconciler {
       brokerSettings: d.brokerSettings,
       brokerSettingsReadMs: d.brokerSettingsReadMs,
       memory: this.memory,
+      ...(d.counts && { counts: d.counts }),
     });
   }
 
@@ -98,15 +110,43 @@ export class JobWorkerReconciler {
       this.forget(namespace, name);
       return {};
     }
+    const memory = this.memory.of(key);
+    const nowMs = this.now().getTime();
+    const children = childrenVersions(raw, cache);
+    const seen = { term: cache, raw, children, deadLetters: memory.deadLetters, nowMs };
+    const last = memory.planned;
+    if (last && unchanged(last, seen)) {
+      this.d.metrics.reconcileUnchanged.inc();
+      const due = last.dueAt;
+      return due !== undefined ? { requeueAfterMs: Math.max(1, due - nowMs) } : {};
+    }
+    // Due only to read the quarantine again: a read that says the same plans nothing.
+    if (last && dueOnlyToReadQuarantine(last, seen)) {
+      const read = await this.observer.rereadDeadLetters(raw).catch(() => undefined);
+      if (sameRead(last.deadLetters, read)) {
+        this.d.metrics.reconcileUnchanged.inc();
+        memory.planned = { ...last, deadLetters: read, dueAt: nowMs + this.deadLetterReadMs };
+        return { requeueAfterMs: this.deadLetterReadMs };
+      }
+    }
+    memory.planned = undefined;
     const end = this.d.metrics.reconcileDuration.startTimer();
     try {
-      const memory = this.memory.of(key);
       const obs = await this.observer.observe(raw, cache);
       const plan = await this.plan(obs, memory);
       this.setGauges(namespace, name, plan);
-      await this.apply(raw, settle(plan, obs, memory.status), memory);
+      const written = await this.apply(raw, settle(plan, obs, memory.status), memory);
       if (obs.problems.length)
         throw new NeedsAttention(obs.problems.map((p) => p.message).join(' '));
+      // What this plan was made from: until one of these changes, or its requeue is due, it stands.
+      memory.planned = {
+        term: cache,
+        versions: [raw.metadata.resourceVersion, written].filter((v): v is string => !!v),
+        children,
+        deadLetters: memory.deadLetters,
+        ...(plan.requeueAfterMs !== undefined && { dueAt: nowMs + plan.requeueAfterMs }),
+        ...(plan.requeueToReadQuarantine && { readQuarantine: true }),
+      };
       return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
     } catch (err) {
       this.d.metrics.reconcileErrors.inc({ namespace, jobworker: name });
@@ -118,6 +158,8 @@ export class JobWorkerReconciler {
 
   /** The pure plan, with the reads it asks for answered. */
   private async plan(obs: Observation, memory: JobWorkerMemory): Promise<Plan> {
+    this.d.counts?.planned?.();
+    let asked = false;
     const p = await planToCompletionAsync(
       {
         obs,
@@ -129,21 +171,63 @@ export class JobWorkerReconciler {
         brokerSettingsReadMs: this.d.brokerSettingsReadMs,
         ...(this.d.operatorLease && { operatorLease: this.d.operatorLease }),
       },
-      (need, answers) =>
-        answerNeed(need, answers, obs, { log: this.d.log, prometheusUrl: this.d.prometheusUrl }),
+      (need, answers) => {
+        if (need.kind === 'workers') {
+          asked = true;
+          return this.askWorkers(obs, memory, answers);
+        }
+        return answerNeed(need, answers, obs, {
+          log: this.d.log,
+          prometheusUrl: this.d.prometheusUrl,
+        });
+      },
     );
+    // The fleet is ready again (or not yet short long enough): the next shortfall starts afresh.
+    if (!asked) memory.workers = undefined;
     if (p.memory) memory.scaling = p.memory;
     if (p.deprecationWarned !== undefined) memory.deprecationWarned = p.deprecationWarned;
     return p;
   }
 
   /**
+   * What the unready pods say, asked with backoff while the fleet stays
+   * short (../reconcile/status: workersAskEveryMs): 10 s, 20 s, 40 s … at most
+   * every 5 min; between, their last answer stands while the same pods are unready.
+   */
+  private async askWorkers(
+    obs: Observation,
+    memory: JobWorkerMemory,
+    answers: PlanAnswers,
+  ): Promise<void> {
+    const now = this.now().getTime();
+    const since = workersShortSince(obs.deployment);
+    const pods = podsToAsk(obs.pods);
+    const last = memory.workers;
+    if (last && since !== undefined && last.at >= since && last.pods === pods) {
+      if (now - last.at < workersAskEveryMs(last.at - since)) {
+        answers.workers = last.reports;
+        return;
+      }
+    }
+    await answerNeed({ kind: 'workers' }, answers, obs, {
+      log: this.d.log,
+      prometheusUrl: this.d.prometheusUrl,
+    });
+    memory.workers = { at: now, pods, reports: answers.workers };
+  }
+
+  /**
    * The settled writes (../reconcile/children/writes.ts) in order, then the status
    * (written even when a write failed: what the plan reached is recorded),
    * then each event whose writes were made. A list of writes: every choice
-   * was made by the planner and `settle`.
+   * was made by the planner and `settle`. Returns the resourceVersion our
+   * status write gave the JobWorker, if one was made.
    */
-  private async apply(raw: KubeObject, s: Settled, memory: JobWorkerMemory): Promise<void> {
+  private async apply(
+    raw: KubeObject,
+    s: Settled,
+    memory: JobWorkerMemory,
+  ): Promise<string | undefined> {
     const namespace = raw.metadata.namespace as string;
     const name = raw.metadata.name;
     let made = 0;
@@ -157,8 +241,9 @@ export class JobWorkerReconciler {
     } catch (err) {
       failed = err instanceof Error ? err : new Error(String(err));
     }
+    let written: string | undefined;
     if (s.status) {
-      await this.write(s.status.object, 'status');
+      written = (await this.write(s.status.object, 'status')).metadata.resourceVersion;
       memory.status = s.status.remember;
     }
     if (s.scaleDownHeld && made >= s.scaleDownHeld.after)
@@ -166,6 +251,7 @@ export class JobWorkerReconciler {
     const target = eventTarget({ ...raw, apiVersion: API_VERSION, kind: KIND });
     for (const { event, after } of s.events) if (made >= after) await this.emit(target, event);
     if (failed) throw failed;
+    return written;
   }
 
   /** One of the settled writes (../reconcile/children/writes.ts). */

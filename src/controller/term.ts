@@ -17,6 +17,7 @@ import type { ObjectCache } from './observe.js';
 import { slimPod } from '../signals/worker-readiness.js';
 import { JobReplayController } from './replay-controller.js';
 import { NeedsAttention, type JobWorkerReconciler } from './reconciler.js';
+import { hasNews } from './unchanged.js';
 import { WorkQueue, type ProcessResult } from './workqueue.js';
 
 export type Controller = 'jobworker' | 'jobreplay';
@@ -111,9 +112,11 @@ export class LeadershipTerm {
       dropManagedFields: 'status',
       resyncMs: d.resyncMs,
       log: d.log,
-      onChange: (key, obj) => {
+      onChange: (key, obj, _gone, old) => {
         if (!obj) this.creationEnded(key);
-        q.add(key);
+        // A change of status alone (our own status write) wakes nothing: each
+        // plan asks for its own requeue when it must look again.
+        if (hasNews(old, obj)) q.add(key);
       },
     });
     // A Deployment's status changes (pods ready, rollout done) wake its JobWorker.

@@ -49,8 +49,10 @@ import {
   computeStatus,
   deadLetterDueInMs,
   observeDeployment,
+  workersDueInMs,
   workersNeedChecking,
   workersReadyCondition,
+  workersShortSince,
   type WorkerReport,
 } from './status/index.js';
 
@@ -86,6 +88,8 @@ export interface Plan {
   /** findings of each broker reason, for the gauge; absent when the broker was not checked */
   brokerUnsafe?: BrokerVerdict['counts'];
   requeueAfterMs?: number;
+  /** the requeue is only the quarantine's periodic read: nothing else is due then */
+  requeueToReadQuarantine?: boolean;
 }
 
 export interface PlanInput {
@@ -167,7 +171,7 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
         ? rolloutFleet(i, obs.spec, r)
         : idleFleet(r);
   if ('need' in fleet) return fleet;
-  const w = workersPhase(i, r, fleet.appliedReplicas);
+  const w = workersPhase(i, r, fleet.appliedReplicas, creating(obs, fleet));
   if ('need' in w) return w;
   const { rollout, removal } = fleet;
   const pause = obs.spec && pauseSwitch(obs.raw);
@@ -222,7 +226,7 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     desiredReplicas: status.desiredReplicas ?? r.desiredReplicas,
     ...(rollout && { rolloutBlocked: rollout.blocked }),
     ...(broker?.counts && { brokerUnsafe: broker.counts }),
-    requeueAfterMs: requeue(i, status, rollout, r.scaling !== undefined),
+    ...requeue(i, status, rollout, r.scaling !== undefined),
   };
 }
 
@@ -488,11 +492,25 @@ function rolloutEvents(
   return events;
 }
 
+/**
+ * The Deployment this reconcile creates, as status describes it: just
+ * created, no pod yet. The first status write already says the rollout has
+ * begun, and the next is when the fleet is Available (not one more between,
+ * when the watch brings the Deployment back).
+ */
+function creating(obs: Observation, fleet: Fleet): KubeObject | undefined {
+  if (obs.deployment) return undefined;
+  return fleet.children.find(
+    (c) => c.kind === 'Deployment' && c.metadata.name === obs.raw.metadata.name,
+  );
+}
+
 /** Phase 3: WorkersReady; pods short of ready for a while are asked why (a refused password, a database down). */
 function workersPhase(
   i: PlanInput,
   r: Replicas,
   appliedReplicas: number,
+  created: KubeObject | undefined,
 ):
   | {
       observed: ReturnType<typeof observeDeployment>;
@@ -503,7 +521,7 @@ function workersPhase(
   const { deployment } = i.obs;
   const checkWorkers = appliedReplicas > 0 && workersNeedChecking(deployment, i.now);
   if (checkWorkers && !('workers' in i.answers)) return { need: { kind: 'workers' } };
-  const observed = observeDeployment(deployment);
+  const observed = observeDeployment(deployment ?? created);
   const condition = workersReadyCondition(
     observed,
     appliedReplicas,
@@ -720,24 +738,40 @@ function scale(
 
 /**
  * When to look again: Deployment changes wake the reconcile through its
- * watch; queue age and the quarantine have none, so they are polled.
+ * watch (a rollout's progress too); queue age, the quarantine and the
+ * pods' own words have none, so they are polled.
  */
 function requeue(
   i: PlanInput,
   status: JobWorkerStatus,
   rollout: RolloutPlan | undefined,
   scaled: boolean,
-): number | undefined {
-  if (i.obs.problems.length) return undefined; // retried with backoff instead
-  if (rollout?.requeueMs !== undefined) return rollout.requeueMs;
-  if (status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'True'))
-    return Math.min(5000, i.pollMs);
+): Pick<Plan, 'requeueAfterMs' | 'requeueToReadQuarantine'> {
+  if (i.obs.problems.length) return {}; // retried with backoff instead
+  if (rollout?.requeueMs !== undefined) return { requeueAfterMs: rollout.requeueMs };
+  // A new revision rolling out over one that ran (or held by the gate) reads its gate's
+  // signals again every few seconds; a JobWorker's first rollout is driven by its Deployment.
+  if (
+    i.obs.raw.status &&
+    (i.obs.raw.status as JobWorkerStatus).currentRevision !== undefined &&
+    status.conditions?.some((c) => c.type === 'Progressing' && c.status === 'True')
+  )
+    return { requeueAfterMs: Math.min(5000, i.pollMs) };
   // Turn the condition at the moment the oldest quarantined entry passes maxAge.
-  const deadLetterDue = i.obs.deadLetters
-    ? Math.min(i.deadLetterReadMs, deadLetterDueInMs(i.obs.deadLetters, i.now) ?? Infinity)
-    : Infinity;
-  // a removed policy clears BrokerSettingsSafe without a change of the JobWorker
+  const turns = i.obs.deadLetters ? deadLetterDueInMs(i.obs.deadLetters, i.now) : undefined;
+  const read = i.obs.deadLetters ? i.deadLetterReadMs : Infinity;
+  // A Deployment that stays short of ready: its pods are asked why, with backoff (./status/workers.ts).
+  const workersDue = workersDueInMs(workersShortSince(i.obs.deployment), i.now) ?? Infinity;
+  // A removed policy clears BrokerSettingsSafe without a change of the JobWorker. (A JobWorker
+  // with a management URL polls its queue more often than this anyway.)
   const brokerDue = i.obs.brokerSettings ? (i.brokerSettingsReadMs ?? 60_000) : Infinity;
-  const after = Math.min(scaled && i.obs.polling ? i.pollMs : Infinity, deadLetterDue, brokerDue);
-  return Number.isFinite(after) ? after : undefined;
+  const other = Math.min(
+    scaled && i.obs.polling ? i.pollMs : Infinity,
+    turns ?? Infinity,
+    workersDue,
+    brokerDue,
+  );
+  const after = Math.min(other, read);
+  if (!Number.isFinite(after)) return {};
+  return { requeueAfterMs: after, ...(read < other && { requeueToReadQuarantine: true }) };
 }

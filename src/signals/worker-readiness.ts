@@ -89,11 +89,23 @@ export function slimPod(pod: KubeObject): KubeObject {
 export async function readWorkerReports(
   pods: Array<KubeObject & PodShape>,
 ): Promise<WorkerReport[]> {
-  const unready = pods
+  return Promise.all(askable(pods).map(reportOf));
+}
+
+/** The pods readWorkerReports asks: the unready ones, not terminating, at most ASK_AT_MOST. */
+function askable(pods: Array<KubeObject & PodShape>): Array<KubeObject & PodShape> {
+  return pods
     .filter((p) => !p.metadata.deletionTimestamp)
     .filter((p) => !isReady(p))
     .slice(0, ASK_AT_MOST);
-  return Promise.all(unready.map(reportOf));
+}
+
+/** Which pods readWorkerReports would ask now, by name (a last answer stands only for the same pods). */
+export function podsToAsk(pods: Array<KubeObject & PodShape>): string {
+  return askable(pods)
+    .map((p) => p.metadata.name)
+    .sort()
+    .join(',');
 }
 
 /** A worker pod's own endpoint (its pod IP and metrics port, as Prometheus reaches it); none without an IP. */

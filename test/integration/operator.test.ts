@@ -546,7 +546,7 @@ describe('operator processes', () => {
     expect((await scrape(b.port)).writes).toBeGreaterThan(0);
   });
 
-  it('a steady state makes no API writes across resyncs', async () => {
+  it('a steady state makes no API writes across resyncs: 90 s, as the apiserver sees it', async () => {
     await secrets();
     const op = await operator('op-steady', 500);
     await applyJobWorker(example.spec);
@@ -562,11 +562,34 @@ describe('operator processes', () => {
     });
     const writes = async () =>
       ((await op.metrics.apiWrites.get()).values ?? []).reduce((s, v) => s + v.value, 0);
+    const unchanged = async () =>
+      ((await op.metrics.reconcileUnchanged.get()).values ?? []).reduce((s, v) => s + v.value, 0);
+    // Every object of the namespace the operator may write, by resourceVersion, read from the apiserver.
+    const versions = async () => {
+      const all: string[] = [];
+      for (const [apiVersion, kind] of [
+        ['jobfleet.dev/v1alpha1', 'JobWorker'],
+        ['apps/v1', 'Deployment'],
+        ['v1', 'Service'],
+        ['policy/v1', 'PodDisruptionBudget'],
+        ['apps/v1', 'ControllerRevision'],
+        ['v1', 'Event'],
+      ] as const) {
+        const list = await client.list(apiVersion, kind, ns.namespace);
+        for (const o of list.items)
+          all.push(`${kind}/${o.metadata.name}@${o.metadata.resourceVersion}`);
+      }
+      return all.sort();
+    };
     const before = await writes();
-    const rv = (await getJw()).metadata.resourceVersion;
-    await new Promise((r) => setTimeout(r, 3000)); // six resyncs of every key
+    const seen = await versions();
+    const quiet = await unchanged();
+    // 180 resyncs of every key and three quarantine reads
+    await new Promise((r) => setTimeout(r, 90_000));
     await op.idle();
     expect(await writes()).toBe(before);
-    expect((await getJw()).metadata.resourceVersion).toBe(rv);
-  });
+    expect(await versions()).toEqual(seen);
+    // and the resyncs found nothing new: no plan was made for them
+    expect(await unchanged()).toBeGreaterThan(quiet + 100);
+  }, 180_000);
 });

@@ -5,6 +5,9 @@ export { computeStatus, deadLetterDueInMs, duration, observeDeployment } from '.
 export {
   parseWorkerWords,
   type WorkerReport,
+  workersAskEveryMs,
+  workersDueInMs,
   workersNeedChecking,
   workersReadyCondition,
+  workersShortSince,
 } from './workers.js';

@@ -20,12 +20,21 @@ export interface WorkerReport {
   fix?: string;
 }
 
+/** At most this long between two askings of a fleet that stays unready. */
+export const WORKERS_ASK_MAX_MS = 5 * 60_000;
+
 /**
  * The Deployment has stayed short of ready replicas for WORKERS_CHECK_AFTER_MS, or a rollout
  * has made no progress for as long with pods unavailable (a new revision's pods that cannot
  * pull their image while the old ones still serve).
  */
 export function workersNeedChecking(deployment: KubeObject | undefined, now: Date): boolean {
+  const since = workersShortSince(deployment);
+  return since !== undefined && now.getTime() - since >= WORKERS_CHECK_AFTER_MS;
+}
+
+/** Since when (ms) the Deployment has been short as workersNeedChecking measures it; undefined: it is not. */
+export function workersShortSince(deployment: KubeObject | undefined): number | undefined {
   const st = deployment?.status as
     | {
         replicas?: number;
@@ -40,14 +49,33 @@ export function workersNeedChecking(deployment: KubeObject | undefined, now: Dat
       }
     | undefined;
   const want = (deployment?.spec as { replicas?: number } | undefined)?.replicas ?? 0;
-  if (!st || want === 0) return false;
-  const lasted = (since: string | undefined) =>
-    now.getTime() - Date.parse(since ?? '') >= WORKERS_CHECK_AFTER_MS;
+  if (!st || want === 0) return undefined;
+  const at = (since: string | undefined) => {
+    const ms = Date.parse(since ?? '');
+    return Number.isNaN(ms) ? undefined : ms;
+  };
   const available = st.conditions?.find((c) => c.type === 'Available');
   if ((st.readyReplicas ?? 0) < want && available?.status === 'False')
-    return lasted(available.lastTransitionTime);
+    return at(available.lastTransitionTime);
   const progressing = st.conditions?.find((c) => c.type === 'Progressing');
-  return (st.unavailableReplicas ?? 0) > 0 && lasted(progressing?.lastUpdateTime);
+  return (st.unavailableReplicas ?? 0) > 0 ? at(progressing?.lastUpdateTime) : undefined;
+}
+
+/**
+ * How often a fleet short for `shortMs` has its pods asked: first after
+ * WORKERS_CHECK_AFTER_MS, then after as long again as it has lasted (10 s,
+ * 20 s, 40 s …), at most every WORKERS_ASK_MAX_MS. A fault a worker reports
+ * is seen within a few seconds of the check; one that lasts costs little.
+ */
+export function workersAskEveryMs(shortMs: number): number {
+  return Math.min(WORKERS_ASK_MAX_MS, Math.max(WORKERS_CHECK_AFTER_MS, shortMs));
+}
+
+/** When to look again at a fleet short since `since` (ms) to ask its pods: undefined when it is not short. */
+export function workersDueInMs(since: number | undefined, now: Date): number | undefined {
+  if (since === undefined) return undefined;
+  const short = now.getTime() - since;
+  return short < WORKERS_CHECK_AFTER_MS ? WORKERS_CHECK_AFTER_MS - short : workersAskEveryMs(short);
 }
 
 const KNOWN: ReadonlySet<string> = new Set(NOT_READY_REASONS);

@@ -1,0 +1,86 @@
+// Whether a JobWorker has news since its last plan. A reconcile that finds
+// the same spec generation, the same children (by resourceVersion), the same
+// quarantine read and no requeue due makes no plan at all: no parsing, no
+// validation, no revision hash, no status digest. Most wake-ups of a settled
+// fleet are such (the operator's own status write, a resync), and at a
+// thousand JobWorkers their plans were most of the operator's CPU.
+import { isDeepStrictEqual } from 'node:util';
+import type { KubeObject } from '../kube/client.js';
+import { cohortDeploymentName } from '../reconcile/children/index.js';
+import type { DeadLetterRead, PlannedFrom } from './memory.js';
+import type { ObjectCache } from './observe.js';
+
+/** The resourceVersions of everything of the JobWorker's a plan reads from the watches, in one string. */
+export function childrenVersions(raw: KubeObject, cache: ObjectCache): string {
+  const namespace = raw.metadata.namespace as string;
+  const name = raw.metadata.name;
+  const rv = (o: KubeObject | undefined) => o?.metadata.resourceVersion ?? '-';
+  const owned = (kind: Parameters<ObjectCache['owned']>[0]) =>
+    cache
+      .owned(kind, namespace, name)
+      .map((o) => `${o.metadata.name}@${rv(o)}`)
+      .sort()
+      .join(',');
+  return [
+    rv(cache.get('Deployment', namespace, name)),
+    rv(cache.get('Deployment', namespace, cohortDeploymentName(name))),
+    owned('Service'),
+    owned('PodDisruptionBudget'),
+    owned('ControllerRevision'),
+    owned('Pod'),
+  ].join('|');
+}
+
+/**
+ * The last plan still stands: same term, the JobWorker at a version planned
+ * from or written by our own status write, the same children and quarantine
+ * read, and its requeue not yet due. `nowMs`: the reconcile's clock.
+ */
+export function unchanged(
+  planned: PlannedFrom,
+  now: {
+    term: object;
+    raw: KubeObject;
+    children: string;
+    deadLetters: DeadLetterRead | undefined;
+    nowMs: number;
+  },
+): boolean {
+  if (planned.term !== now.term) return false;
+  const rv = now.raw.metadata.resourceVersion;
+  if (!rv || !planned.versions.includes(rv)) return false;
+  if (planned.children !== now.children || planned.deadLetters !== now.deadLetters) return false;
+  return planned.dueAt === undefined || now.nowMs < planned.dueAt;
+}
+
+/** Nothing is new but the time to read the quarantine again, which was the plan's only reason to look again. */
+export function dueOnlyToReadQuarantine(
+  planned: PlannedFrom,
+  now: Parameters<typeof unchanged>[1],
+): boolean {
+  return !!planned.readQuarantine && unchanged({ ...planned, dueAt: undefined }, now);
+}
+
+/** Two quarantine reads that say the same. */
+export function sameRead(a: DeadLetterRead | undefined, b: DeadLetterRead | undefined): boolean {
+  return a?.error === b?.error && isDeepStrictEqual(a?.stats, b?.stats);
+}
+
+/**
+ * Whether a JobWorker watch event may change a plan: anything but a change
+ * of status alone (the operator's own status write, most often), which
+ * wakes nothing. A new object, a deletion or any spec or metadata change is news.
+ */
+export function hasNews(old: KubeObject | undefined, obj: KubeObject | undefined): boolean {
+  if (!old || !obj) return true;
+  return !isDeepStrictEqual(withoutStatus(old), withoutStatus(obj));
+}
+
+/** The object as a plan reads it, but for its status and what every write changes. */
+function withoutStatus(o: KubeObject): Partial<KubeObject> {
+  const copy: Partial<KubeObject> = { ...o, metadata: { ...o.metadata } };
+  delete copy.status;
+  delete copy.metadata?.resourceVersion;
+  delete copy.metadata?.managedFields;
+  return copy;
+}

@@ -1,0 +1,170 @@
+// A reconcile that finds nothing new since the last plan makes none: after
+// the operator's own status write (or a resync), no spec validation and no
+// plan (so no revision hash and no status digest), counted, not timed. What
+// is news: a new spec generation, a child's new version, a new leadership
+// term, a requeue that is due.
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import { JobWorkerReconciler } from '../../src/controller/reconciler.js';
+import type { ObjectCache } from '../../src/controller/observe.js';
+import { hasNews } from '../../src/controller/unchanged.js';
+import type { KubeClient, KubeObject } from '../../src/kube/client.js';
+import type { EventRecorder } from '../../src/kube/events.js';
+import { operatorMetrics } from '../../src/metrics.js';
+import type { DeadLetterReader, DeadLetterStats } from '../../src/signals/dead-letters.js';
+import { jobWorkerObject } from './jobworker-fixture.js';
+
+function setUp(deadLetters?: () => DeadLetterStats) {
+  let rv = 10;
+  let now = Date.parse('2026-12-01T12:00:00Z');
+  let jobWorker = jobWorkerObject({ uid: 'u1', resourceVersion: String(rv) });
+  const statusWrites: KubeObject[] = [];
+  const client = {
+    find: (_apiVersion: string, kind: string, _ns: string, name: string) =>
+      Promise.resolve(
+        kind === 'Secret'
+          ? { metadata: { name }, data: { url: Buffer.from('amqp://u:p@mq/').toString('base64') } }
+          : undefined,
+      ),
+    // Each write lands; a status write is what the watch brings back as the JobWorker's next version.
+    apply: (obj: KubeObject, _manager: string, o: { subresource?: string }) => {
+      if (o.subresource === 'status') {
+        statusWrites.push(obj);
+        jobWorker = {
+          ...jobWorker,
+          metadata: { ...jobWorker.metadata, resourceVersion: String(++rv) },
+          status: obj.status,
+        };
+        return Promise.resolve(jobWorker);
+      }
+      return Promise.resolve({ ...obj, metadata: { ...obj.metadata, resourceVersion: '1' } });
+    },
+    create: (obj: KubeObject) => Promise.resolve(obj),
+  } as unknown as KubeClient;
+  const deployments = new Map<string, KubeObject>();
+  const term = (): ObjectCache => ({
+    get: (kind, _ns, name) => (kind === 'JobWorker' ? jobWorker : deployments.get(name)),
+    owned: () => [],
+  });
+  const counts = { specParsed: 0, planned: 0 };
+  const metrics = operatorMetrics();
+  const reconciler = new JobWorkerReconciler({
+    client,
+    events: { emit: () => Promise.resolve() } as unknown as EventRecorder,
+    metrics,
+    log: pino({ level: 'silent' }),
+    now: () => new Date(now),
+    ...(deadLetters && {
+      deadLetters: { read: () => Promise.resolve(deadLetters()) } as unknown as DeadLetterReader,
+    }),
+    counts: { specParsed: () => counts.specParsed++, planned: () => counts.planned++ },
+  });
+  const unchanged = async () =>
+    (await metrics.registry.getSingleMetric('jobfleet_reconcile_unchanged_total')?.get())?.values[0]
+      ?.value ?? 0;
+  return {
+    reconciler,
+    counts,
+    statusWrites,
+    term,
+    deployments,
+    unchanged,
+    jobWorker: () => jobWorker,
+    later: (ms: number) => (now += ms),
+    edit: (spec: Record<string, unknown>) => {
+      jobWorker = {
+        ...jobWorker,
+        metadata: {
+          ...jobWorker.metadata,
+          resourceVersion: String(++rv),
+          generation: (jobWorker.metadata.generation ?? 0) + 1,
+        },
+        spec: { ...(jobWorker.spec as object), ...spec },
+      };
+    },
+  };
+}
+
+describe('a reconcile with nothing new', () => {
+  it('after its own status write: no spec validation, no plan', async () => {
+    const w = setUp();
+    const cache = w.term();
+    await w.reconciler.reconcile('ns/w', cache);
+    expect(w.statusWrites).toHaveLength(1);
+    expect(w.counts).toEqual({ specParsed: 1, planned: 1 });
+    // Woken again (a resync, a wake-up of another cause) at the version our status write made.
+    await w.reconciler.reconcile('ns/w', cache);
+    await w.reconciler.reconcile('ns/w', cache);
+    expect(w.counts).toEqual({ specParsed: 1, planned: 1 });
+    expect(await w.unchanged()).toBe(2);
+    expect(w.statusWrites).toHaveLength(1);
+  });
+
+  it('a child’s new version plans again, without validating the unchanged spec', async () => {
+    const w = setUp();
+    const cache = w.term();
+    await w.reconciler.reconcile('ns/w', cache);
+    w.deployments.set('w', {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: 'w', resourceVersion: '7' },
+    });
+    await w.reconciler.reconcile('ns/w', cache);
+    expect(w.counts).toEqual({ specParsed: 1, planned: 2 });
+  });
+
+  it('a new spec generation is parsed and planned', async () => {
+    const w = setUp();
+    const cache = w.term();
+    await w.reconciler.reconcile('ns/w', cache);
+    w.edit({ image: 'r/w:2' });
+    await w.reconciler.reconcile('ns/w', cache);
+    expect(w.counts).toEqual({ specParsed: 2, planned: 2 });
+  });
+
+  it('a new leadership term plans afresh', async () => {
+    const w = setUp();
+    await w.reconciler.reconcile('ns/w', w.term());
+    await w.reconciler.reconcile('ns/w', w.term());
+    expect(w.counts.planned).toBe(2);
+  });
+});
+
+describe('the quarantine read every 30 s', () => {
+  it('plans again only when the read says something new', async () => {
+    let stats = { quarantined: 0 } as DeadLetterStats;
+    const w = setUp(() => stats);
+    const cache = w.term();
+    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 30_000 });
+    w.later(30_000);
+    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 30_000 });
+    expect(w.counts.planned).toBe(1);
+    w.later(30_000);
+    stats = { quarantined: 2, oldestAt: new Date('2026-12-01T12:00:30Z') };
+    await w.reconciler.reconcile('ns/w', cache);
+    expect(w.counts.planned).toBe(2);
+    expect(w.counts.specParsed).toBe(1);
+  });
+});
+
+describe('hasNews: which JobWorker watch events wake a reconcile', () => {
+  const jw = jobWorkerObject({ uid: 'u1', resourceVersion: '5' });
+  it('a status change alone does not', () => {
+    const next = {
+      ...jw,
+      metadata: { ...jw.metadata, resourceVersion: '6' },
+      status: { phase: 'Healthy' },
+    };
+    expect(hasNews(jw, next)).toBe(false);
+  });
+  it('a spec, label or annotation change, a new object and a deletion do', () => {
+    const bump = (m: Partial<KubeObject['metadata']>) => ({
+      ...jw,
+      metadata: { ...jw.metadata, resourceVersion: '6', ...m },
+    });
+    expect(hasNews(jw, bump({ generation: 2 }))).toBe(true);
+    expect(hasNews(jw, bump({ annotations: { a: 'b' } }))).toBe(true);
+    expect(hasNews(undefined, jw)).toBe(true);
+    expect(hasNews(jw, undefined)).toBe(true);
+  });
+});
