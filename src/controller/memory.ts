@@ -56,8 +56,13 @@ export interface PlannedFrom {
   deadLetters: DeadLetterRead | undefined;
   /** when the plan asked to look again (ms); undefined: only news wakes it */
   dueAt?: number;
-  /** that requeue was only to read the quarantine again: an unchanged read plans nothing */
-  readQuarantine?: boolean;
+  /**
+   * That requeue was only to read the quarantine again: an unchanged read
+   * plans nothing until `otherDueAt` (ms), when something else is due (the
+   * queue's poll): a quarantine read more often than the queue must not
+   * keep the queue from being read.
+   */
+  readQuarantine?: { otherDueAt?: number };
 }
 
 export class JobWorkerMemories {

@@ -125,8 +125,10 @@ export class JobWorkerReconciler {
       const read = await this.observer.rereadDeadLetters(raw).catch(() => undefined);
       if (sameRead(last.deadLetters, read)) {
         this.d.metrics.reconcileUnchanged.inc();
-        memory.planned = { ...last, deadLetters: read, dueAt: nowMs + this.deadLetterReadMs };
-        return { requeueAfterMs: this.deadLetterReadMs };
+        const otherDueAt = last.readQuarantine?.otherDueAt;
+        const dueAt = Math.min(nowMs + this.deadLetterReadMs, otherDueAt ?? Infinity);
+        memory.planned = { ...last, deadLetters: read, dueAt };
+        return { requeueAfterMs: Math.max(1, dueAt - nowMs) };
       }
     }
     memory.planned = undefined;
@@ -145,7 +147,13 @@ export class JobWorkerReconciler {
         children,
         deadLetters: memory.deadLetters,
         ...(plan.requeueAfterMs !== undefined && { dueAt: nowMs + plan.requeueAfterMs }),
-        ...(plan.requeueToReadQuarantine && { readQuarantine: true }),
+        ...(plan.requeueToReadQuarantine && {
+          readQuarantine: {
+            ...(plan.requeueToReadQuarantine.otherAfterMs !== undefined && {
+              otherDueAt: nowMs + plan.requeueToReadQuarantine.otherAfterMs,
+            }),
+          },
+        }),
       };
       return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
     } catch (err) {

@@ -53,12 +53,18 @@ export function unchanged(
   return planned.dueAt === undefined || now.nowMs < planned.dueAt;
 }
 
-/** Nothing is new but the time to read the quarantine again, which was the plan's only reason to look again. */
+/**
+ * Nothing is new but the time to read the quarantine again, which was the
+ * plan's only reason to look again (until the plan's other reads fall due).
+ */
 export function dueOnlyToReadQuarantine(
   planned: PlannedFrom,
   now: Parameters<typeof unchanged>[1],
 ): boolean {
-  return !!planned.readQuarantine && unchanged({ ...planned, dueAt: undefined }, now);
+  const q = planned.readQuarantine;
+  if (!q) return false;
+  if (q.otherDueAt !== undefined && now.nowMs >= q.otherDueAt) return false;
+  return unchanged({ ...planned, dueAt: undefined }, now);
 }
 
 /** Two quarantine reads that say the same. */

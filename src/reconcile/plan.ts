@@ -88,8 +88,12 @@ export interface Plan {
   /** findings of each broker reason, for the gauge; absent when the broker was not checked */
   brokerUnsafe?: BrokerVerdict['counts'];
   requeueAfterMs?: number;
-  /** the requeue is only the quarantine's periodic read: nothing else is due then */
-  requeueToReadQuarantine?: boolean;
+  /**
+   * The requeue is only the quarantine's periodic read: nothing else is due
+   * then. `otherAfterMs`: when the next other read is due (the queue's poll, a
+   * condition's turn), which an unchanged quarantine read must not push back.
+   */
+  requeueToReadQuarantine?: { otherAfterMs?: number };
 }
 
 export interface PlanInput {
@@ -773,5 +777,9 @@ function requeue(
   );
   const after = Math.min(other, read);
   if (!Number.isFinite(after)) return {};
-  return { requeueAfterMs: after, ...(read < other && { requeueToReadQuarantine: true }) };
+  if (read >= other) return { requeueAfterMs: after };
+  return {
+    requeueAfterMs: after,
+    requeueToReadQuarantine: Number.isFinite(other) ? { otherAfterMs: other } : {},
+  };
 }

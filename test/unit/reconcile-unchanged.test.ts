@@ -147,6 +147,47 @@ describe('the quarantine read every 30 s', () => {
   });
 });
 
+describe('a quarantine read more often than something else falls due', () => {
+  // The oldest entry passes maxAge (86,400 s) 45 s from now, which turns the
+  // condition: an unchanged quarantine read at 30 s must not push that back.
+  const nearlyOld = () =>
+    ({ quarantined: 1, oldestAt: new Date('2026-11-30T12:00:44Z') }) as DeadLetterStats;
+
+  it('an unchanged read waits only until the other read is due, then plans', async () => {
+    const w = setUp(nearlyOld);
+    const cache = w.term();
+    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 30_000 });
+    w.later(30_000);
+    // the read is the same: no plan, and back at 45 s, not at 60 s
+    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 15_000 });
+    expect(w.counts.planned).toBe(1);
+    w.later(15_000);
+    await w.reconciler.reconcile('ns/w', cache);
+    expect(w.counts.planned).toBe(2);
+    expect(w.counts.specParsed).toBe(1);
+  });
+
+  it('woken early by a resync before either is due: the last plan stands', async () => {
+    const w = setUp(nearlyOld);
+    const cache = w.term();
+    await w.reconciler.reconcile('ns/w', cache);
+    w.later(10_000);
+    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 20_000 });
+    expect(w.counts.planned).toBe(1);
+  });
+
+  it('a read with nothing else due keeps its own period', async () => {
+    const w = setUp(() => ({ quarantined: 0 }) as DeadLetterStats);
+    const cache = w.term();
+    await w.reconciler.reconcile('ns/w', cache);
+    for (let i = 0; i < 3; i++) {
+      w.later(30_000);
+      expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 30_000 });
+    }
+    expect(w.counts.planned).toBe(1);
+  });
+});
+
 describe('hasNews: which JobWorker watch events wake a reconcile', () => {
   const jw = jobWorkerObject({ uid: 'u1', resourceVersion: '5' });
   it('a status change alone does not', () => {
