@@ -41,7 +41,8 @@ beforeEach(async () => {
 afterEach(async () => {
   for (const w of workers.splice(0)) w.proc.kill('SIGKILL');
   await db?.cleanup();
-});
+  await cluster?.heal();
+}, 600_000);
 
 interface QueueInfo {
   leader?: string;
@@ -156,15 +157,19 @@ for (const fault of ['killed (SIGKILL)', 'cut off, then reconnected'] as const) 
       // then and are acked as duplicates, with no second effect; asserted
       // below, after the node rejoins.
       const emptyOrHeld = (held: boolean) =>
-        eventually('the work queue empty', async () => {
-          const q = await queueInfo(queue, cluster.nodes[survivor]!.mgmtUrl);
-          if (q.messages === 0 || (held && q.messages_ready === 0)) return q;
-          // thrown, so that a timeout says what the survivor last reported
-          throw new Error(
-            `messages ${q.messages} (ready ${q.messages_ready}, unacked ${q.messages_unacknowledged}), ` +
-              `${q.consumers} consumers, leader ${q.leader}, online on ${q.online?.join(' ')}`,
-          );
-        });
+        eventually(
+          'the work queue empty',
+          async () => {
+            const q = await queueInfo(queue, cluster.nodes[survivor]!.mgmtUrl);
+            if (q.messages === 0 || (held && q.messages_ready === 0)) return q;
+            // thrown, so that a timeout says what the survivor last reported
+            throw new Error(
+              `messages ${q.messages} (ready ${q.messages_ready}, unacked ${q.messages_unacknowledged}), ` +
+                `${q.consumers} consumers, leader ${q.leader}, online on ${q.online?.join(' ')}`,
+            );
+          },
+          120_000,
+        );
       const beforeRejoin = await emptyOrHeld(!fault.startsWith('killed'));
       if (beforeRejoin.messages)
         console.info(
