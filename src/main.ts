@@ -52,6 +52,12 @@ const operator = await startOperator({
   concurrency: wholeNumber(env.JOBFLEET_CONCURRENCY, 'JOBFLEET_CONCURRENCY', 1),
   creationWindow: wholeNumber(env.JOBFLEET_CREATION_WINDOW, 'JOBFLEET_CREATION_WINDOW', 0),
   resyncMs: Number(env.JOBFLEET_RESYNC_SECONDS ?? 300) * 1000,
+  brokerSettingsReadMs:
+    (wholeNumber(
+      env.JOBFLEET_BROKER_SETTINGS_READ_SECONDS,
+      'JOBFLEET_BROKER_SETTINGS_READ_SECONDS',
+      10,
+    ) ?? 60) * 1000,
   prometheusUrl: env.JOBFLEET_PROMETHEUS_URL || undefined,
   log,
 });

@@ -148,14 +148,14 @@ for (const fault of ['killed (SIGKILL)', 'cut off, then reconnected'] as const) 
         "select count(*)::int as n from jobfleet_claims where state = 'completed'",
       );
       expect(completed[0]!.n).toBe(JOBS);
-      // Nothing waits in the queue. A killed node's consumers are gone, so
-      // the queue is empty too. A cut-off node's consumer may still hold
-      // deliveries whose jobs were done and recorded before the cut but
+      // Nothing waits in the queue. The lost node's consumers may still hold
+      // deliveries whose jobs were done and recorded before the fault but
       // whose acks never arrived. On RabbitMQ 4.3 a quorum queue keeps them
-      // checked out to that consumer (suspected down) until its node is back
-      // (4.0 returned them once the node was counted out). They come back
-      // then and are acked as duplicates, with no second effect; asserted
-      // below, after the node rejoins.
+      // checked out to a consumer whose node is gone (suspected down: a
+      // killed node and a cut-off one look the same to the others) until
+      // that node is back; 4.0 returned them once the node was counted out.
+      // They come back then and are acked as duplicates, with no second
+      // effect; asserted below, after the node rejoins.
       const emptyOrHeld = (held: boolean) =>
         eventually(
           'the work queue empty',
@@ -170,10 +170,10 @@ for (const fault of ['killed (SIGKILL)', 'cut off, then reconnected'] as const) 
           },
           120_000,
         );
-      const beforeRejoin = await emptyOrHeld(!fault.startsWith('killed'));
+      const beforeRejoin = await emptyOrHeld(true);
       if (beforeRejoin.messages)
         console.info(
-          `cut off: ${beforeRejoin.messages} deliveries held by the lost node's consumer until it returns`,
+          `${fault}: ${beforeRejoin.messages} deliveries held by the lost node's consumers until it returns`,
         );
 
       if (fault.startsWith('killed')) await cluster.restart(leader);
