@@ -58,11 +58,11 @@ export interface PlannedFrom {
   dueAt?: number;
   /**
    * That requeue was only to read the quarantine again: an unchanged read
-   * plans nothing until `otherDueAt` (ms), when something else is due (the
-   * queue's poll): a quarantine read more often than the queue must not
-   * keep the queue from being read.
+   * plans nothing until `otherDueAt` (ms; Infinity: never), when something
+   * else is due (the queue's poll): a quarantine read more often than the
+   * queue must not keep the queue from being read.
    */
-  readQuarantine?: { otherDueAt?: number };
+  readQuarantine?: { otherDueAt: number };
 }
 
 export class JobWorkerMemories {

@@ -125,8 +125,7 @@ export class JobWorkerReconciler {
       const read = await this.observer.rereadDeadLetters(raw).catch(() => undefined);
       if (sameRead(last.deadLetters, read)) {
         this.d.metrics.reconcileUnchanged.inc();
-        const otherDueAt = last.readQuarantine?.otherDueAt;
-        const dueAt = Math.min(nowMs + this.deadLetterReadMs, otherDueAt ?? Infinity);
+        const dueAt = Math.min(nowMs + this.deadLetterReadMs, last.readQuarantine!.otherDueAt);
         memory.planned = { ...last, deadLetters: read, dueAt };
         return { requeueAfterMs: Math.max(1, dueAt - nowMs) };
       }
@@ -148,11 +147,7 @@ export class JobWorkerReconciler {
         deadLetters: memory.deadLetters,
         ...(plan.requeueAfterMs !== undefined && { dueAt: nowMs + plan.requeueAfterMs }),
         ...(plan.requeueToReadQuarantine && {
-          readQuarantine: {
-            ...(plan.requeueToReadQuarantine.otherAfterMs !== undefined && {
-              otherDueAt: nowMs + plan.requeueToReadQuarantine.otherAfterMs,
-            }),
-          },
+          readQuarantine: { otherDueAt: nowMs + plan.requeueToReadQuarantine.otherAfterMs },
         }),
       };
       return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};

@@ -62,8 +62,7 @@ export function dueOnlyToReadQuarantine(
   now: Parameters<typeof unchanged>[1],
 ): boolean {
   const q = planned.readQuarantine;
-  if (!q) return false;
-  if (q.otherDueAt !== undefined && now.nowMs >= q.otherDueAt) return false;
+  if (!q || now.nowMs >= q.otherDueAt) return false;
   return unchanged({ ...planned, dueAt: undefined }, now);
 }
 

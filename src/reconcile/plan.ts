@@ -91,9 +91,10 @@ export interface Plan {
   /**
    * The requeue is only the quarantine's periodic read: nothing else is due
    * then. `otherAfterMs`: when the next other read is due (the queue's poll, a
-   * condition's turn), which an unchanged quarantine read must not push back.
+   * condition's turn; Infinity: none), which an unchanged quarantine read must
+   * not push back.
    */
-  requeueToReadQuarantine?: { otherAfterMs?: number };
+  requeueToReadQuarantine?: { otherAfterMs: number };
 }
 
 export interface PlanInput {
@@ -778,8 +779,5 @@ function requeue(
   const after = Math.min(other, read);
   if (!Number.isFinite(after)) return {};
   if (read >= other) return { requeueAfterMs: after };
-  return {
-    requeueAfterMs: after,
-    requeueToReadQuarantine: Number.isFinite(other) ? { otherAfterMs: other } : {},
-  };
+  return { requeueAfterMs: after, requeueToReadQuarantine: { otherAfterMs: other } };
 }

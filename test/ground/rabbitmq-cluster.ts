@@ -124,13 +124,12 @@ export async function startRabbitCluster(root: string, size = 3): Promise<Rabbit
     killed.add(i);
     await nodes[i]!.node.kill();
   };
-  const allRunning = async () => {
-    for (let via = 0; via < size; via++) {
-      if (killed.has(via)) continue;
-      const seen = await running(via).catch(() => []);
-      if (seen.length !== size) return false;
-    }
-    return true;
+  /** the nodes that do not report all `size` running (a paused or unreachable one among them) */
+  const outOfStep = async () => {
+    const out: number[] = [];
+    for (let i = 0; i < size; i++)
+      if ((await running(i).catch(() => [])).length !== size) out.push(i);
+    return out;
   };
   const cluster: RabbitCluster = {
     nodes,
@@ -155,15 +154,12 @@ export async function startRabbitCluster(root: string, size = 3): Promise<Rabbit
       for (let round = 0; round < 2; round++) {
         const until = Date.now() + 120_000;
         while (Date.now() < until) {
-          if (await allRunning()) return;
+          if ((await outOfStep()).length === 0) return;
           await new Promise((r) => setTimeout(r, 1000));
         }
-        for (let i = 0; i < size; i++) {
-          const seen = await running(i).catch(() => []);
-          if (seen.length !== size) {
-            await kill(i);
-            await restart(i);
-          }
+        for (const i of await outOfStep()) {
+          await kill(i);
+          await restart(i);
         }
       }
       throw new Error('the cluster did not heal: a node is still out after restarts');

@@ -175,17 +175,6 @@ describe('a quarantine read more often than something else falls due', () => {
     expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 20_000 });
     expect(w.counts.planned).toBe(1);
   });
-
-  it('a read with nothing else due keeps its own period', async () => {
-    const w = setUp(() => ({ quarantined: 0 }) as DeadLetterStats);
-    const cache = w.term();
-    await w.reconciler.reconcile('ns/w', cache);
-    for (let i = 0; i < 3; i++) {
-      w.later(30_000);
-      expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 30_000 });
-    }
-    expect(w.counts.planned).toBe(1);
-  });
 });
 
 describe('hasNews: which JobWorker watch events wake a reconcile', () => {
