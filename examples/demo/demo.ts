@@ -208,6 +208,7 @@ async function main(): Promise<number> {
       },
       120_000,
     );
+    const rollbackSeconds = (Date.now() - rollbackAt) / 1000;
     say(`RollbackComplete: ${done.status?.lastRollback?.message}`);
     const ev = runner.events.filter((e) => e.at >= rollbackAt);
     const lastOld = Math.max(
@@ -262,6 +263,7 @@ async function main(): Promise<number> {
         ratePerSecond: 30,
         prefix: label,
       });
+      const appliedAt = Date.now();
       await apply(spec);
       let last = '';
       const jw = await until(
@@ -280,9 +282,10 @@ async function main(): Promise<number> {
         },
         180_000,
       );
+      const seconds = (Date.now() - appliedAt) / 1000;
       await orders;
       say(`${jw.status?.lastCohort?.result}: ${jw.status?.lastCohort?.message}`);
-      return jw.status!.lastCohort!;
+      return { ...jw.status!.lastCohort!, seconds };
     };
     say(
       'Cohort rollout of order-worker:1.2.0: a small cohort first, grown while it does as well as the stable revision',
@@ -309,10 +312,10 @@ async function main(): Promise<number> {
 Summary
   jobs completed            ${rows[0]?.n ?? 0} (each once: one completed claim per key)
   scaling                   1 → ${peak} → 1 workers on a quorum queue's age (${[...ageSources].join(', ')}); limited by ${[...limits].join(', ')}
-  rollback                  2 → 1, drain first (${ordered ? 'order held' : 'ORDER VIOLATED'}), ${done.status?.lastRollback?.result}
+  rollback                  2 → 1, drain first (${ordered ? 'order held' : 'ORDER VIOLATED'}), ${done.status?.lastRollback?.result} in ${rollbackSeconds.toFixed(0)} s
   blocked change            ${cond(blocked, 'RolloutBlocked')?.reason}
-  cohort rollout            1.2.0 (revision ${promoted.revision}) ${promoted.result} through 3 steps
-  cohort rollout            1.3.0 (revision ${aborted.revision}) ${aborted.result} on ${aborted.check ?? '?'}, cohort drained first
+  cohort rollout            1.2.0 (revision ${promoted.revision}) ${promoted.result} through 3 steps in ${promoted.seconds.toFixed(0)} s
+  cohort rollout            1.3.0 (revision ${aborted.revision}) ${aborted.result} on ${aborted.check ?? '?'}, cohort drained first, in ${aborted.seconds.toFixed(0)} s
   wall time                 ${((Date.now() - started) / 1000).toFixed(0)} s
 `);
     return ordered &&
