@@ -24,12 +24,18 @@ import { installCrds } from '../test/ground/kube.js';
 import { processCpuSeconds } from './peers/server-cpu.js';
 import { profileApiserver } from './apiserver-profile.js';
 
-/** JOBFLEET_BENCH_PPROF=<dir>: a 40 s CPU profile of the apiserver from 5 s into each run (./apiserver-profile.ts). */
+/**
+ * JOBFLEET_BENCH_PPROF=<dir>: a CPU profile of the apiserver over each floor and each run, from
+ * its start for 180 s (longer than either takes to converge here, so all of its work is in it),
+ * into <dir>/floor-N.pprof and operator-N.pprof for run N (./apiserver-profile.ts).
+ */
 const PPROF_DIR = process.env.JOBFLEET_BENCH_PPROF;
-const profiled = (kubeconfigPath: string, name: string): Promise<void> =>
-  PPROF_DIR
-    ? sleep(5000).then(() => profileApiserver(kubeconfigPath, 40, PPROF_DIR, name))
-    : Promise.resolve();
+let profiles = 0;
+const profiled = (kubeconfigPath: string, name: string): Promise<void> => {
+  if (!PPROF_DIR) return Promise.resolve();
+  if (name === 'floor') profiles++;
+  return profileApiserver(kubeconfigPath, 180, PPROF_DIR, `${name}-${profiles}`);
+};
 
 export interface OperatorBench {
   count: number;
@@ -280,6 +286,8 @@ async function floorRun(
       (d) => available(d),
     );
     const seconds = (performance.now() - t0) / 1000;
+    // CPU until converged, not until the profile ends
+    const cpu = minus(planeCpu(plane.pids), cpu0);
     await profile;
     return {
       seconds,
@@ -287,7 +295,7 @@ async function floorRun(
         [...availableAt.values()].sort((a, b) => a - b),
         0.5,
       ),
-      cpu: minus(planeCpu(plane.pids), cpu0),
+      cpu,
     };
   } finally {
     await plane.stop();
@@ -387,7 +395,6 @@ export async function runOperatorBench(opts: {
       byProcess,
       floorByProcess: floor.cpu,
     };
-    await profile;
     const times = [...healthyAt.values()].sort((a, b) => a - b);
     const lags = [...healthyAt]
       .map(([name, at]) => at - (availableAt.get(name) ?? at))
@@ -402,6 +409,8 @@ export async function runOperatorBench(opts: {
       seconds: gauge(converged, 'jobfleet_reconcile_duration_seconds_sum'),
       queueWaitSeconds: gauge(converged, 'jobfleet_workqueue_queue_duration_seconds_sum', true),
     };
+    // counted until converged (above); the profile may run on past it
+    await profile;
     // Let the last status writes and Deployment events settle, then watch a steady state.
     await sleep(5000);
     const settled = await writesByKind(port);
