@@ -30,6 +30,8 @@ import { profileApiserver } from './apiserver-profile.js';
  * into <dir>/floor-N.pprof and operator-N.pprof for run N (./apiserver-profile.ts).
  */
 const PPROF_DIR = process.env.JOBFLEET_BENCH_PPROF;
+/** JOBFLEET_BENCH_CPU_PROF=<dir>: the operator's own CPU profile (node --cpu-prof), written when it stops. */
+const CPU_PROF_DIR = process.env.JOBFLEET_BENCH_CPU_PROF;
 let profiles = 0;
 const profiled = (kubeconfigPath: string, name: string): Promise<void> => {
   if (!PPROF_DIR) return Promise.resolve();
@@ -335,7 +337,8 @@ export async function runOperatorBench(opts: {
     }
     // compiled, as the image runs it (node dist/src/main.js), with the chart's environment
     const env = chartEnv();
-    operator = spawn(process.execPath, [compiled('src/main.ts')], {
+    const profileArgs = CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF_DIR}`] : [];
+    operator = spawn(process.execPath, [...profileArgs, compiled('src/main.ts')], {
       cwd: repoRoot,
       env: {
         ...process.env,
@@ -452,7 +455,13 @@ export async function runOperatorBench(opts: {
       reconciles,
     };
   } finally {
-    operator?.kill('SIGTERM');
+    // stopped before its control plane, so that it exits as in a rollout (and writes its profile)
+    const op = operator;
+    if (op && op.exitCode === null) {
+      const exited = new Promise((r) => op.once('exit', r));
+      op.kill('SIGTERM');
+      await Promise.race([exited, sleep(15_000)]);
+    }
     await plane.stop();
   }
 }

@@ -17,7 +17,7 @@ import type { ObjectCache } from './observe.js';
 import { slimPod } from '../signals/worker-readiness.js';
 import { JobReplayController } from './replay-controller.js';
 import { NeedsAttention, type JobWorkerReconciler } from './reconciler.js';
-import { hasNews } from './unchanged.js';
+import { deploymentHasNews, hasNews } from './unchanged.js';
 import { WorkQueue, type ProcessResult } from './workqueue.js';
 
 export type Controller = 'jobworker' | 'jobreplay';
@@ -119,11 +119,12 @@ export class LeadershipTerm {
         if (hasNews(old, obj)) q.add(key);
       },
     });
-    // A Deployment's status changes (pods ready, rollout done) wake its JobWorker.
-    const deployments = this.ownedInformer('apps/v1', 'Deployment', namespace, (key, obj) => {
+    // A Deployment's status changes (pods ready, rollout done) wake its JobWorker; the
+    // deployment controller's bookkeeping does not (./unchanged.ts).
+    const deployments = this.ownedInformer('apps/v1', 'Deployment', namespace, (key, obj, old) => {
       if (obj && hasItsPods(obj)) this.creationEnded(key);
       // A wake-up of a JobWorker whose children exist: served before first-time creations.
-      q.add(key, true);
+      if (deploymentHasNews(old, obj)) q.add(key, true);
     });
     // A Service or PDB deleted is put back at once; one edited, at its JobWorker's next
     // reconcile (each compares them with the watch's copy). Waking on every change would
@@ -259,7 +260,7 @@ export class LeadershipTerm {
     apiVersion: string,
     kind: string,
     namespace: string | undefined,
-    wake?: (key: string, obj: KubeObject | undefined) => void,
+    wake?: (key: string, obj: KubeObject | undefined, old?: KubeObject) => void,
     slim?: (obj: KubeObject) => KubeObject,
   ): Informer {
     const d = this.d;
@@ -275,11 +276,11 @@ export class LeadershipTerm {
       resyncMs: 24 * 3600_000,
       log: d.log,
       onWatchRestart: () => d.onWatchRestart?.(kind),
-      onChange: (_key, obj, gone) => {
+      onChange: (_key, obj, gone, old) => {
         const seen = obj ?? gone;
         const owner = seen?.metadata.labels?.[LABEL_JOBWORKER];
         if (!wake || !seen || !owner) return;
-        wake(keyOf({ metadata: { namespace: seen.metadata.namespace, name: owner } }), obj);
+        wake(keyOf({ metadata: { namespace: seen.metadata.namespace, name: owner } }), obj, old);
       },
     });
   }

@@ -89,3 +89,54 @@ function withoutStatus(o: KubeObject): Partial<KubeObject> {
   delete copy.metadata?.managedFields;
   return copy;
 }
+
+/** Set by the deployment controller on every Deployment it syncs: no plan reads it. */
+const DEPLOYMENT_REVISION = 'deployment.kubernetes.io/revision';
+
+/**
+ * Whether a Deployment watch event may change its JobWorker's plan. The
+ * deployment controller's own bookkeeping wakes nothing: its revision
+ * annotation, and the Progressing condition's reason and update time while
+ * no replica is unavailable (../reconcile/status/workers.ts reads that time
+ * only while some are). A new Deployment settling wrote each as its own
+ * event: about two planned reconciles per new JobWorker (bench/RESULTS.md,
+ * operator). Anything else, status counts and condition turns included, is news.
+ */
+export function deploymentHasNews(
+  old: KubeObject | undefined,
+  obj: KubeObject | undefined,
+): boolean {
+  if (!old || !obj) return true;
+  return !isDeepStrictEqual(deploymentAsRead(old), deploymentAsRead(obj));
+}
+
+interface DeploymentCondition {
+  type: string;
+  status: string;
+  lastTransitionTime?: string;
+  lastUpdateTime?: string;
+}
+
+function deploymentAsRead(d: KubeObject): unknown {
+  const metadata = { ...d.metadata, annotations: { ...d.metadata.annotations } };
+  delete metadata.resourceVersion;
+  delete metadata.annotations[DEPLOYMENT_REVISION];
+  const status = (d.status ?? {}) as {
+    unavailableReplicas?: number;
+    conditions?: DeploymentCondition[];
+  };
+  const unavailable = (status.unavailableReplicas ?? 0) > 0;
+  return {
+    metadata,
+    spec: d.spec,
+    status: {
+      ...status,
+      conditions: status.conditions?.map((c) => ({
+        type: c.type,
+        status: c.status,
+        lastTransitionTime: c.lastTransitionTime,
+        ...(unavailable && c.type === 'Progressing' && { lastUpdateTime: c.lastUpdateTime }),
+      })),
+    },
+  };
+}

@@ -7,7 +7,7 @@ import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { JobWorkerReconciler } from '../../src/controller/reconciler.js';
 import type { ObjectCache } from '../../src/controller/observe.js';
-import { hasNews } from '../../src/controller/unchanged.js';
+import { deploymentHasNews, hasNews } from '../../src/controller/unchanged.js';
 import type { KubeClient, KubeObject } from '../../src/kube/client.js';
 import type { EventRecorder } from '../../src/kube/events.js';
 import { operatorMetrics } from '../../src/metrics.js';
@@ -196,5 +196,104 @@ describe('hasNews: which JobWorker watch events wake a reconcile', () => {
     expect(hasNews(jw, bump({ annotations: { a: 'b' } }))).toBe(true);
     expect(hasNews(undefined, jw)).toBe(true);
     expect(hasNews(jw, undefined)).toBe(true);
+  });
+});
+
+describe('deploymentHasNews: which Deployment watch events wake a reconcile', () => {
+  // a new Deployment as the deployment controller leaves it at each step (kube-controller-manager 1.37)
+  const at = (rv: string, status: Record<string, unknown>, annotations = {}): KubeObject => ({
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name: 'w', namespace: 'ns', resourceVersion: rv, generation: 1, annotations },
+    spec: { replicas: 1 },
+    status,
+  });
+  const progressing = (reason: string, updated: string) => ({
+    type: 'Progressing',
+    status: 'True',
+    reason,
+    lastTransitionTime: '2026-12-06T10:00:00Z',
+    lastUpdateTime: updated,
+  });
+  const availableTrue = {
+    type: 'Available',
+    status: 'True',
+    reason: 'MinimumReplicasAvailable',
+    lastTransitionTime: '2026-12-06T10:00:05Z',
+  };
+  const created = at('1', {});
+  const annotated = at('2', {}, { 'deployment.kubernetes.io/revision': '1' });
+  const rolling = at(
+    '3',
+    {
+      observedGeneration: 1,
+      replicas: 1,
+      updatedReplicas: 1,
+      unavailableReplicas: 1,
+      conditions: [
+        {
+          type: 'Available',
+          status: 'False',
+          reason: 'MinimumReplicasUnavailable',
+          lastTransitionTime: '2026-12-06T10:00:00Z',
+        },
+        progressing('ReplicaSetUpdated', '2026-12-06T10:00:00Z'),
+      ],
+    },
+    { 'deployment.kubernetes.io/revision': '1' },
+  );
+  const ready = at(
+    '4',
+    {
+      observedGeneration: 1,
+      replicas: 1,
+      updatedReplicas: 1,
+      readyReplicas: 1,
+      availableReplicas: 1,
+      conditions: [availableTrue, progressing('ReplicaSetUpdated', '2026-12-06T10:00:05Z')],
+    },
+    { 'deployment.kubernetes.io/revision': '1' },
+  );
+  const complete = at(
+    '5',
+    {
+      ...(ready.status as object),
+      conditions: [availableTrue, progressing('NewReplicaSetAvailable', '2026-12-06T10:00:06Z')],
+    },
+    { 'deployment.kubernetes.io/revision': '1' },
+  );
+
+  it('the controller’s revision annotation and a Progressing reason once all are available do not', () => {
+    expect(deploymentHasNews(created, annotated)).toBe(false);
+    expect(deploymentHasNews(ready, complete)).toBe(false);
+  });
+  it('replica counts, a condition’s turn, a new Deployment and a deletion do', () => {
+    expect(deploymentHasNews(annotated, rolling)).toBe(true);
+    expect(deploymentHasNews(rolling, ready)).toBe(true);
+    expect(deploymentHasNews(undefined, created)).toBe(true);
+    expect(deploymentHasNews(complete, undefined)).toBe(true);
+  });
+  it('while a replica is unavailable, Progressing’s update time does (how long the fleet is short)', () => {
+    const later = at(
+      '6',
+      {
+        ...(rolling.status as object),
+        conditions: [
+          (rolling.status as { conditions: unknown[] }).conditions[0],
+          progressing('ReplicaSetUpdated', '2026-12-06T10:00:09Z'),
+        ],
+      },
+      { 'deployment.kubernetes.io/revision': '1' },
+    );
+    expect(deploymentHasNews(rolling, later)).toBe(true);
+  });
+  it('a spec change, or an annotation of anyone else, does', () => {
+    expect(deploymentHasNews(complete, { ...complete, spec: { replicas: 2 } })).toBe(true);
+    expect(
+      deploymentHasNews(complete, {
+        ...complete,
+        metadata: { ...complete.metadata, annotations: { 'example.com/x': 'y' } },
+      }),
+    ).toBe(true);
   });
 });
