@@ -22,6 +22,8 @@ export interface JobWorkerMemory {
   status?: StatusMemory;
   /** its Deployment was written: a reconcile that fails later keeps its creation turn */
   deploymentApplied?: boolean;
+  /** the resourceVersions our last applies gave its Deployments: their watch events wake nothing */
+  deploymentWrites?: string[];
   /** the last quarantine read: its stats, or the error and the stats before it */
   deadLetters?: DeadLetterRead;
   /** the generation a deprecated spec field was last announced for (a Warning event) */

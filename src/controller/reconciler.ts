@@ -237,9 +237,11 @@ export class JobWorkerReconciler {
     let failed: Error | undefined;
     try {
       for (const w of s.writes) {
-        await this.carryOut(raw, w);
+        const version = await this.carryOut(raw, w);
         made++;
         if (w.op === 'apply' && w.role === 'stable') memory.deploymentApplied = true;
+        if (version && w.op === 'apply' && w.object.kind === 'Deployment')
+          memory.deploymentWrites = [version, ...(memory.deploymentWrites ?? [])].slice(0, 2);
       }
     } catch (err) {
       failed = err instanceof Error ? err : new Error(String(err));
@@ -257,14 +259,14 @@ export class JobWorkerReconciler {
     return written;
   }
 
-  /** One of the settled writes (../reconcile/children/writes.ts). */
-  private async carryOut(jw: KubeObject, w: Write): Promise<void> {
+  /** One of the settled writes (../reconcile/children/writes.ts); an apply's resourceVersion. */
+  private async carryOut(jw: KubeObject, w: Write): Promise<string | undefined> {
     const namespace = jw.metadata.namespace as string;
     switch (w.op) {
       case 'record': {
         const { apiVersion, kind, metadata } = w.object;
         if (w.replace) await this.delete(apiVersion, kind, namespace, metadata.name);
-        if (await this.create(w.object)) return;
+        if (await this.create(w.object)) return undefined;
         // One exists that the watch did not show: what follows is settled by the planner's rule.
         const live = await this.d.client.find<KubeObject>(
           apiVersion,
@@ -273,16 +275,28 @@ export class JobWorkerReconciler {
           metadata.name,
         );
         for (const next of afterConflict(w, live, jw)) await this.carryOut(jw, next);
-        return;
+        return undefined;
       }
       case 'podCost':
-        return this.markPod(namespace, w.pod, w.cost);
+        await this.markPod(namespace, w.pod, w.cost);
+        return undefined;
       case 'apply':
-        await this.write(w.object);
-        return;
+        return (await this.write(w.object)).metadata.resourceVersion;
       case 'delete':
-        return this.delete(w.apiVersion, w.kind, namespace, w.name);
+        await this.delete(w.apiVersion, w.kind, namespace, w.name);
+        return undefined;
     }
+  }
+
+  /**
+   * A Deployment watch event that shows one of our own last applies: the plan
+   * that made it knew all of it, so it wakes nothing (the controller's status
+   * changes that follow do). About one planned reconcile fewer per new
+   * JobWorker and per rollout step (bench/RESULTS.md, operator).
+   */
+  ownDeploymentWrite(namespace: string, jobworker: string, version: string | undefined): boolean {
+    const writes = this.memory.peek(`${namespace}/${jobworker}`)?.deploymentWrites;
+    return !!version && !!writes?.includes(version);
   }
 
   /** This process wrote this JobWorker's Deployment since it last forgot it. */

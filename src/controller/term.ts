@@ -124,7 +124,8 @@ export class LeadershipTerm {
     const deployments = this.ownedInformer('apps/v1', 'Deployment', namespace, (key, obj, old) => {
       if (obj && hasItsPods(obj)) this.creationEnded(key);
       // A wake-up of a JobWorker whose children exist: served before first-time creations.
-      if (deploymentHasNews(old, obj)) q.add(key, true);
+      if (!deploymentHasNews(old, obj) || this.ownWrite(key, obj)) return;
+      q.add(key, true);
     });
     // A Service or PDB deleted is put back at once; one edited, at its JobWorker's next
     // reconcile (each compares them with the watch's copy). Waking on every change would
@@ -219,6 +220,12 @@ export class LeadershipTerm {
         throw err;
       }
     };
+  }
+
+  /** A Deployment as our own last apply left it (./reconciler.ts, ownDeploymentWrite). */
+  private ownWrite(key: string, obj: KubeObject | undefined): boolean {
+    const [namespace, name] = key.split('/') as [string, string];
+    return this.d.reconciler.ownDeploymentWrite(namespace, name, obj?.metadata.resourceVersion);
   }
 
   /** A JobWorker without its Deployment is a creation: one of the window's, or it waits. */

@@ -113,6 +113,16 @@ describe('a reconcile with nothing new', () => {
     expect(w.counts).toEqual({ specParsed: 1, planned: 2 });
   });
 
+  it('its own Deployment apply is known by version: that watch event wakes nothing, a later one does', async () => {
+    const w = setUp();
+    expect(w.reconciler.ownDeploymentWrite('ns', 'w', '1')).toBe(false);
+    await w.reconciler.reconcile('ns/w', w.term());
+    // the fake apiserver gives every applied child resourceVersion 1
+    expect(w.reconciler.ownDeploymentWrite('ns', 'w', '1')).toBe(true);
+    expect(w.reconciler.ownDeploymentWrite('ns', 'w', '2')).toBe(false);
+    expect(w.reconciler.ownDeploymentWrite('ns', 'other', '1')).toBe(false);
+  });
+
   it('a new spec generation is parsed and planned', async () => {
     const w = setUp();
     const cache = w.term();
