@@ -53,25 +53,34 @@ export class BrokerSettingsReader {
     const v = encodeURIComponent(vhost);
     const get = <T>(path: string, what: string) =>
       managementGet<T>(url, path, what, this.timeoutMs);
+    // All four at once; when several fail, the first in this order is named, so an unreachable
+    // broker's condition reads the same at every read (whichever request failed first, it
+    // would otherwise flap, and each flap is a status write).
+    const reads = await Promise.allSettled([
+      get<BrokerPolicy[]>(`/api/policies/${v}`, `policies of vhost "${vhost}"`),
+      get<BrokerPolicy[]>(`/api/operator-policies/${v}`, `operator policies of vhost "${vhost}"`),
+      // both need the administrator tag: a monitoring user's management URL still checks policies
+      get<BrokerSettings['featureFlags']>('/api/feature-flags', 'feature flags').catch(
+        (err: unknown) => {
+          if (err instanceof ManagementRefused) return [];
+          throw err;
+        },
+      ),
+      get<Array<{ name: string }>>('/api/deprecated-features/used', 'deprecated features').catch(
+        (err: unknown) => {
+          // before RabbitMQ 3.13 the path is absent: none to say
+          if (err instanceof ManagementNotFound || err instanceof ManagementRefused) return [];
+          throw err;
+        },
+      ),
+    ] as const);
     try {
-      const [policies, operatorPolicies, featureFlags, deprecated] = await Promise.all([
-        get<BrokerPolicy[]>(`/api/policies/${v}`, `policies of vhost "${vhost}"`),
-        get<BrokerPolicy[]>(`/api/operator-policies/${v}`, `operator policies of vhost "${vhost}"`),
-        // both need the administrator tag: a monitoring user's management URL still checks policies
-        get<BrokerSettings['featureFlags']>('/api/feature-flags', 'feature flags').catch(
-          (err: unknown) => {
-            if (err instanceof ManagementRefused) return [];
-            throw err;
-          },
-        ),
-        get<Array<{ name: string }>>('/api/deprecated-features/used', 'deprecated features').catch(
-          (err: unknown) => {
-            // before RabbitMQ 3.13 the path is absent: none to say
-            if (err instanceof ManagementNotFound || err instanceof ManagementRefused) return [];
-            throw err;
-          },
-        ),
-      ]);
+      const [policies, operatorPolicies, featureFlags, deprecated] = [
+        settled(reads[0]),
+        settled(reads[1]),
+        settled(reads[2]),
+        settled(reads[3]),
+      ];
       return {
         ok: true,
         settings: {
@@ -95,6 +104,12 @@ export class BrokerSettingsReader {
       };
     }
   }
+}
+
+/** A settled read's value, or its error thrown. */
+function settled<T>(r: PromiseSettledResult<T>): T {
+  if (r.status === 'rejected') throw r.reason;
+  return r.value;
 }
 
 const pendingRead: BrokerSettingsRead = { ok: false, error: 'not read yet' };

@@ -611,10 +611,16 @@ describe('operator processes', () => {
     const before = await writes();
     const { ours: seen } = await snapshot();
     const quiet = await unchanged();
+    const jwBefore = await getJw();
     // 180 resyncs of every key and three quarantine reads
     await new Promise((r) => setTimeout(r, 90_000));
     await op.idle();
-    expect((await snapshot()).ours).toEqual(seen);
+    // on a failure, the JobWorker's status before and after: what the operator thought had changed
+    const jwAfter = await getJw();
+    expect(
+      (await snapshot()).ours,
+      JSON.stringify({ before: jwBefore.status, after: jwAfter.status }),
+    ).toEqual(seen);
     expect(await writes()).toBe(before);
     // and the resyncs found nothing new: no plan was made for them
     expect(await unchanged()).toBeGreaterThan(quiet + 100);

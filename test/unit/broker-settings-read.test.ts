@@ -13,6 +13,8 @@ let url = '';
 const hits: string[] = [];
 let down = false;
 let flagsRefused = false;
+/** every read fails, the first path's last */
+let failingSlowFirst = false;
 
 beforeAll(async () => {
   server = createServer((req, res) => {
@@ -22,6 +24,13 @@ beforeAll(async () => {
       res.end(JSON.stringify(body));
     };
     if (down) return json(500, { error: 'down' });
+    if (failingSlowFirst) {
+      if (req.url === '/api/policies/v1') {
+        setTimeout(() => json(500, { error: 'down' }), 150);
+        return;
+      }
+      return json(500, { error: 'down' });
+    }
     if (req.url === '/api/policies/v1')
       return json(200, [
         {
@@ -90,5 +99,18 @@ describe('the broker-settings read', () => {
     expect(bad).toMatchObject({ ok: false, error: expect.stringContaining('answered 500') });
     expect(JSON.stringify(bad)).not.toContain('guest:guest');
     down = false;
+  });
+
+  it('names the same failed path at every read, whichever failed first', async () => {
+    failingSlowFirst = true;
+    try {
+      const read = await new BrokerSettingsReader().read(url, 'v1', 0);
+      expect(read.ok).toBe(false);
+      const error = (read as { error: string }).error;
+      expect(error).toContain('policies of vhost "v1"');
+      expect(error).not.toContain('operator policies');
+    } finally {
+      failingSlowFirst = false;
+    }
   });
 });
