@@ -90,26 +90,34 @@ writes are skipped when nothing changed, so the target is 0 writes.
 `;
 }
 
-/** What profiling the slow runs found (2026-12-03, this machine), and what was tried. */
-const FINDING = `**Why the ratio moves between machines of this kind (profiled 2026-12-03 with \`JOBFLEET_BENCH_PPROF\`, runs of
-1,000 each):** both runs are CPU-bound on two cores. The floor alone keeps them busy (its control plane used
-120–131 s of CPU in 63–71 s). In the operator's run the control plane used 210–227 s, and the difference is the
-apiserver's: 152–163 s against the floor's 70–78 s (etcd, the controller manager, the scheduler and kwok used about
-the same in both). It is the requests the floor does not make — per JobWorker the JobWorker itself, its
-ControllerRevision, three status writes, the Created event, and the watch events of what the operator watches.
-A custom resource is dear to the apiserver: in the profile, the JobWorker status writes were 16 % of its samples
-(\`customresource.(*StatusREST).Update\`: the whole object's schema coercion, validation and managed fields, about
-8 ms of CPU a write), watch encoding 6 %. The operator's own process used another 30–32 s: about 10,000 reconciles
-(10 per JobWorker, as its Deployment, its status and its pods change) at about 1.5 ms of CPU each — its Node profile
-(\`--cpu-prof\`) puts the most into parsing watch events and responses, the spec's validation and revision hash at
-every reconcile, and the status comparison. With every core busy,
-convergence takes as long as all that CPU does, so the ratio is about (control plane + operator CPU) / (the floor's
-control-plane CPU): 1.6–2.3 in today's runs on an idle machine (the three above: 1.60, 1.81, 1.89; up to 2.7 beside other work), against 1.07 on 2026-12-01, when the floor (46.7 s) left CPU idle that the
-operator's work filled. The creation window does not move it: without one (\`JOBFLEET_CREATION_WINDOW=0\`, beside a test loop that loaded the machine for floor and run alike) a run took
-1.86× its floor, the apiserver as busy, the median JobWorker Healthy later (75 % of the total). Tried and measured: the status written by JSON patch instead of server-side apply — the same
-apiserver CPU (152.4 s against 153.9 s), reverted; the bench's own list of a thousand JobWorkers every second replaced by
-watches — the same apiserver CPU, kept (it measures without adding load); the code before this round's
-informers (86470d2) — 162.7 s of apiserver CPU and 31.0 s of the operator's, no cheaper. At 1.2× on a saturated
-machine the operator's added control-plane work would have to stay under a fifth of the floor's, which the accepted
-budget of about 8 requests per new JobWorker (three of them status writes of a custom resource) does not allow:
-that target needs a decision, not a fix.`;
+/** What profiling the runs found (2026-12-06, this machine), and what was tried. */
+const FINDING = `**Where the apiserver's extra CPU goes (profiled 2026-12-06 with \`JOBFLEET_BENCH_PPROF\`, the three runs
+above, floor and run each profiled whole):** the CPU of the apiserver over its floor's, split by the kind of work in its
+profile (the stacks' request handler and resource; \`go tool pprof -traces\`, grouped by hand):
+
+| cause | run 1 | run 2 | run 3 |
+|---|---:|---:|---:|
+| status writes (JobWorker/status) | +11.7 s (24 %) | +10.3 s (36 %) | +8.8 s (126 %) |
+| background (Go GC, etcd client, watch cache) | +15.7 s (33 %) | +10.1 s (35 %) | +2.2 s (32 %) |
+| creates (JobWorkers, records, events) | +5.8 s (12 %) | +3.1 s (11 %) | +1.1 s (15 %) |
+| watches of the children, pods and records | +3.9 s (8 %) | +3.2 s (11 %) | +1.5 s (21 %) |
+| request handling (authn, authz, filters) | +3.2 s (7 %) | +1.2 s (4 %) | -0.5 s (-7 %) |
+| the controllers' own updates (Deployment, ReplicaSet, PDB status) | +5.1 s (11 %) | +0.6 s (2 %) | -2.9 s (-42 %) |
+| watches of JobWorkers | +0.8 s (2 %) | +0.7 s (3 %) | +0.7 s (9 %) |
+| reads (list, get) | +0.1 s (0 %) | -0.0 s (-0 %) | -0.0 s (-0 %) |
+| applies (the children; in the floor also the JobWorkers) | +1.9 s (4 %) | -0.5 s (-2 %) | -3.8 s (-55 %) |
+| **apiserver CPU over the floor, profiled** | +48.2 s | +28.8 s | +7.0 s |
+
+The status writes are the one steady cause: the operator writes two per JobWorker against the floor's one, and each
+of its writes costs the apiserver about 6 ms of CPU (5.9–6.7 ms in the profiles) against 2–3 ms for the floor's (\`{observedGeneration, phase}\`):
+a custom resource's status write runs the whole object through its schema and managed fields, and the operator's
+status carries every condition with its message. The next cut is there (a smaller first status, not fewer writes).
+Reads cost nothing (the operator reads from its watches). The rest moves with the run: the Go GC and etcd
+follow all the work, and "the controllers' own updates" are the same requests in both (the floor's control plane did
+more of them in run 3, fewer in run 1). The floor itself moves most: its control plane used 90 s, 102 s and 135 s of
+CPU for the same objects, so the CPU ratio of a run (1.85, 1.46, 1.06) follows its floor more than the operator
+(operator CPU 17.8 s, 15.0 s, 14.5 s; the run's apiserver 102 s, 90 s, 87 s against its floor's 53 s, 61 s, 82 s). Tried: a Deployment's watch events wake its
+JobWorker only when they may change the plan (not the deployment controller's revision annotation, not Progressing's
+reason once every replica is available, not our own apply coming back): 3.4–3.8 planned reconciles per new
+JobWorker, from 4.0–4.4 (the runs of 2026-12-06 before it). Earlier (2026-12-03): the status written by JSON patch
+instead of server-side apply cost the apiserver the same.`;
