@@ -291,8 +291,8 @@ export class JobWorkerReconciler {
   /**
    * A Deployment watch event that shows one of our own last applies: the plan
    * that made it knew all of it, so it wakes nothing (the controller's status
-   * changes that follow do). About one planned reconcile fewer per new
-   * JobWorker and per rollout step (bench/RESULTS.md, operator).
+   * changes that follow do): with ./unchanged.ts's deploymentHasNews, 0.6–0.9
+   * planned reconciles fewer per new JobWorker (bench/RESULTS.md, operator).
    */
   ownDeploymentWrite(namespace: string, jobworker: string, version: string | undefined): boolean {
     const writes = this.memory.peek(`${namespace}/${jobworker}`)?.deploymentWrites;

@@ -123,8 +123,8 @@ export class LeadershipTerm {
     // deployment controller's bookkeeping does not (./unchanged.ts).
     const deployments = this.ownedInformer('apps/v1', 'Deployment', namespace, (key, obj, old) => {
       if (obj && hasItsPods(obj)) this.creationEnded(key);
-      // A wake-up of a JobWorker whose children exist: served before first-time creations.
       if (!deploymentHasNews(old, obj) || this.ownWrite(key, obj)) return;
+      // A wake-up of a JobWorker whose children exist: served before first-time creations.
       q.add(key, true);
     });
     // A Service or PDB deleted is put back at once; one edited, at its JobWorker's next

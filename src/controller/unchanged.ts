@@ -98,9 +98,10 @@ const DEPLOYMENT_REVISION = 'deployment.kubernetes.io/revision';
  * deployment controller's own bookkeeping wakes nothing: its revision
  * annotation, and the Progressing condition's reason and update time while
  * no replica is unavailable (../reconcile/status/workers.ts reads that time
- * only while some are). A new Deployment settling wrote each as its own
- * event: about two planned reconciles per new JobWorker (bench/RESULTS.md,
- * operator). Anything else, status counts and condition turns included, is news.
+ * only while some are). With our own applies' events (./reconciler.ts,
+ * ownDeploymentWrite), 0.6–0.9 planned reconciles fewer per new JobWorker
+ * (bench/RESULTS.md, operator). Anything else, status counts and condition
+ * turns included, is news.
  */
 export function deploymentHasNews(
   old: KubeObject | undefined,

@@ -576,12 +576,10 @@ describe('operator processes', () => {
         for (const o of list.items) {
           const id = `${kind}/${o.metadata.name}`;
           all.push(`${id}@${o.metadata.resourceVersion}`);
-          if (kind === 'JobWorker' || kind === 'ControllerRevision')
+          if (kind === 'Event' && o.reportingComponent !== 'jobfleet-operator') continue;
+          if (kind === 'JobWorker' || kind === 'ControllerRevision' || kind === 'Event')
             ours.push(`${id}@${o.metadata.resourceVersion}`); // no one else writes them
-          else if (kind === 'Event') {
-            if (o.reportingComponent === 'jobfleet-operator')
-              ours.push(`${id}@${o.metadata.resourceVersion}`);
-          } else {
+          else {
             const { labels, annotations, ownerReferences, generation } = o.metadata;
             ours.push(
               `${id} ${JSON.stringify({ labels, annotations, ownerReferences, generation, spec: o.spec })}`,
