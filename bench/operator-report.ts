@@ -61,7 +61,7 @@ with its own floor: each run's row, then the median ratio.
 ${rs.map((r, i) => `| ${row(r, String(i + 1))} |`).join('\n')}
 
 **Median ratio: ${median(ratios).toFixed(2)}×** (runs: ${ratios.map((x) => `${x.toFixed(2)}×`).join(', ')}); CPU ratio: ${rs.map((r) => cpuRatio(r).toFixed(2)).join(', ')} (target ≤ 1.4 in every run).
-Steady state, after the last run converged: ${last.steadyWrites} API writes in ${last.steadySeconds} s (resync every ${last.resyncSeconds} s), operator CPU ${last.steadyOperatorCpuMsPerJobWorkerMinute.toFixed(2)} ms per JobWorker per minute (target 0 writes, ≤ 1 ms)${
+Steady state, after the last run converged: ${last.steadyWrites} API writes in ${last.steadySeconds} s (resync every ${last.resyncSeconds} s, the operator's default unless the command says \`--resync\`), operator CPU ${last.steadyOperatorCpuMsPerJobWorkerMinute.toFixed(2)} ms per JobWorker per minute (target 0 writes, ≤ 1 ms); ${last.steadyReconciles.planned} of ${last.steadyReconciles.all} reconciles in the window planned, ${last.steadyReconciles.planned ? ((1000 * last.steadyOperatorCpuSeconds) / last.steadyReconciles.planned).toFixed(2) : '–'} ms of operator CPU per planned one (all of the window's CPU over them)${
     Object.keys(last.steadyByKind).length
       ? `: ${Object.entries(last.steadyByKind)
           .map(([k, v]) => `${k} ${v}`)

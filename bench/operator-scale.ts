@@ -64,6 +64,10 @@ export interface OperatorBench {
   steadySeconds: number;
   resyncSeconds: number;
   steadyWrites: number;
+  /** reconciles in the steady-state window: all, and those that planned (the resyncs) */
+  steadyReconciles: { all: number; planned: number };
+  /** the operator's CPU over the steady-state window */
+  steadyOperatorCpuSeconds: number;
   /** steady-state writes by kind (empty when there were none) */
   steadyByKind: Record<string, number>;
   /** where the time went until converged: CPU seconds of the operator and of the control plane's processes (apiserver, etcd, controllers, kwok), and the floor's control plane */
@@ -417,9 +421,16 @@ export async function runOperatorBench(opts: {
     // Let the last status writes and Deployment events settle, then watch a steady state.
     await sleep(5000);
     const settled = await writesByKind(port);
+    const reconcilesNow = async () => {
+      const m = await scrape(port);
+      const all = counterBy(m, 'jobfleet_reconcile_total', 'controller').jobworker ?? 0;
+      return { all, planned: all - gauge(m, 'jobfleet_reconcile_unchanged_total') };
+    };
+    const steadyReconciles0 = await reconcilesNow();
     const steadyCpu0 = processCpuSeconds(operator.pid!);
     if (opts.steadySeconds) await sleep(opts.steadySeconds * 1000);
     const steadyCpu = processCpuSeconds(operator.pid!) - steadyCpu0;
+    const steadyReconciles1 = await reconcilesNow();
     const after = await writesByKind(port);
     const steadyByKind = Object.fromEntries(
       Object.entries(after)
@@ -447,6 +458,11 @@ export async function runOperatorBench(opts: {
       steadyOperatorCpuMsPerJobWorkerMinute: opts.steadySeconds
         ? (1000 * steadyCpu) / opts.count / (opts.steadySeconds / 60)
         : 0,
+      steadyReconciles: {
+        all: steadyReconciles1.all - steadyReconciles0.all,
+        planned: steadyReconciles1.planned - steadyReconciles0.planned,
+      },
+      steadyOperatorCpuSeconds: steadyCpu,
       steadyByKind,
       steadySeconds: opts.steadySeconds,
       resyncSeconds: opts.resyncSeconds,

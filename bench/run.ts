@@ -6,6 +6,7 @@ import amqp from 'amqplib';
 import { header, resultsFile, writeSection } from './results.js';
 import { runOperatorBench } from './operator-scale.js';
 import { renderOperatorSection } from './operator-report.js';
+import { DEFAULT_RESYNC_SECONDS } from '../src/operator.js';
 import { MODEL } from './scaling-model.js';
 import {
   JOBFLEET_CLASSIC,
@@ -48,12 +49,13 @@ if (!only || only === 'operator') {
   const runs = arg('--runs') ?? 3;
   const steady = arg('--steady') ?? (quick ? 30 : 300);
   // Each run its own floor and its own operator, back to back; the steady-state window once, in the last.
+  // The resync is the operator's default, what a user runs (--resync to stress it).
   const rs = [];
   for (let i = 0; i < runs; i++) {
     const r = await runOperatorBench({
       count: arg('--count') ?? (quick ? 100 : 1000),
       steadySeconds: i === runs - 1 ? steady : 0,
-      resyncSeconds: 60,
+      resyncSeconds: arg('--resync') ?? DEFAULT_RESYNC_SECONDS,
     });
     console.error(r);
     rs.push(r);

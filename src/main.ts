@@ -19,7 +19,7 @@
 import os from 'node:os';
 import { createLogger } from '../worker/log.js';
 import { KubeClient } from './kube/client.js';
-import { startOperator } from './operator.js';
+import { DEFAULT_RESYNC_SECONDS, startOperator } from './operator.js';
 
 const log = createLogger();
 
@@ -51,7 +51,7 @@ const operator = await startOperator({
   host: env.JOBFLEET_OPERATOR_HOST || undefined,
   concurrency: wholeNumber(env.JOBFLEET_CONCURRENCY, 'JOBFLEET_CONCURRENCY', 1),
   creationWindow: wholeNumber(env.JOBFLEET_CREATION_WINDOW, 'JOBFLEET_CREATION_WINDOW', 0),
-  resyncMs: Number(env.JOBFLEET_RESYNC_SECONDS ?? 300) * 1000,
+  resyncMs: Number(env.JOBFLEET_RESYNC_SECONDS ?? DEFAULT_RESYNC_SECONDS) * 1000,
   brokerSettingsReadMs:
     (wholeNumber(
       env.JOBFLEET_BROKER_SETTINGS_READ_SECONDS,

@@ -67,6 +67,12 @@ export interface Operator {
  */
 export const DEFAULT_CONCURRENCY = 16;
 
+/**
+ * Every JobWorker is planned again at least this often (JOBFLEET_RESYNC_SECONDS),
+ * though nothing woke it: what the bench's steady state measures.
+ */
+export const DEFAULT_RESYNC_SECONDS = 300;
+
 export async function startOperator(o: OperatorOptions): Promise<Operator> {
   const log = o.log ?? createLogger();
   const metrics = operatorMetrics();
@@ -161,7 +167,7 @@ function newTerm(
     concurrency: o.concurrency ?? DEFAULT_CONCURRENCY,
     creationWindow: o.creationWindow ?? 50,
     creationTimeoutMs: o.creationTimeoutMs,
-    resyncMs: o.resyncMs ?? 5 * 60_000,
+    resyncMs: o.resyncMs ?? DEFAULT_RESYNC_SECONDS * 1000,
     replayProgressMs: o.replayProgressMs,
     onQueues: (delta) => metrics.workQueues.inc(delta),
     onRetry: (name) => metrics.workQueueRetries.inc({ name }),
