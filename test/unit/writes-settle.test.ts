@@ -229,4 +229,35 @@ describe('settle', () => {
         },
       );
   });
+
+  it('a status read back with its keys sorted and its undefined fields omitted, as the server keeps it, is not written again', () => {
+    const status = {
+      phase: 'Healthy' as const,
+      observedGeneration: 1,
+      lastScaleDown: undefined,
+      conditions: [
+        {
+          type: 'Available',
+          status: 'True' as const,
+          reason: 'MinimumReplicasAvailable',
+          message: 'Ready.',
+          observedGeneration: 1,
+          lastTransitionTime: '2026-12-01T10:00:00Z',
+        },
+      ],
+    };
+    const fromServer = JSON.parse(
+      '{"conditions":[{"lastTransitionTime":"2026-12-01T10:00:00Z","message":"Ready.",' +
+        '"observedGeneration":1,"reason":"MinimumReplicasAvailable","status":"True","type":"Available"}],' +
+        '"observedGeneration":1,"phase":"Healthy"}',
+    );
+    const o = obs({ raw: { ...raw, status: fromServer } });
+    expect(settle(planned(o, { status }), o, undefined).status).toBeUndefined();
+    // the same status object read again (a resync): still nothing; a changed word: written
+    expect(settle(planned(o, { status }), o, undefined).status).toBeUndefined();
+    const changed = { ...status, phase: 'Degraded' as const };
+    expect(settle(planned(o, { status: changed }), o, undefined).status?.object.status).toEqual(
+      changed,
+    );
+  });
 });

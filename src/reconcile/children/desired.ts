@@ -342,8 +342,19 @@ export function deployedContract(
   return { keyRule, schemaVersions };
 }
 
+/**
+ * Kept per parsed spec (the observer parses once per generation, so a
+ * resync of an unchanged JobWorker hashes nothing) and name, the template's
+ * only other input.
+ */
+const templateHashes = new WeakMap<JobWorkerSpec, { name: string; hash: string }>();
+
 export function templateHash(jw: JobWorker): string {
-  return hash(podTemplate(jw, ''));
+  const known = templateHashes.get(jw.spec);
+  if (known?.name === jw.metadata.name) return known.hash;
+  const h = hash(podTemplate(jw, ''));
+  templateHashes.set(jw.spec, { name: jw.metadata.name, hash: h });
+  return h;
 }
 
 export function desiredDeployment(jw: JobWorker, revision: string, replicas: number): KubeObject {

@@ -8,7 +8,6 @@
 // once which writes are made. The reconciler (src/controller/reconciler.ts)
 // carries the settled list out and decides nothing.
 import { createHash } from 'node:crypto';
-import { isDeepStrictEqual } from 'node:util';
 import { API_VERSION, KIND, type JobWorkerStatus } from '../../api/jobworker.js';
 import type { KubeObject } from '../../api/kube-object.js';
 import { visibleStatus, type PlanEvent, type Observation } from '../model/index.js';
@@ -181,13 +180,13 @@ function statusWrite(
   raw: KubeObject,
   last: StatusMemory | undefined,
 ): Settled['status'] {
-  const seen = JSON.stringify(visibleStatus(status));
+  const seen = canonical(visibleStatus(status));
   // a digest, not the status: kept for every JobWorker
   const digest = createHash('sha1').update(seen).digest('base64');
   const changed =
     last && last.before === raw.metadata.resourceVersion
       ? last.digest !== digest
-      : !isDeepStrictEqual(JSON.parse(seen), normalize(visibleStatus(raw.status ?? {})));
+      : seen !== shownOnServer(raw.status);
   if (!changed) return undefined;
   const { name, namespace } = raw.metadata;
   return {
@@ -196,7 +195,31 @@ function statusWrite(
   };
 }
 
-/** Status as compared: undefined fields dropped (the server omits them). */
-function normalize(s: unknown): unknown {
-  return JSON.parse(JSON.stringify(s));
+/**
+ * What a status read from the server shows (canonical), once per object the
+ * watch delivered: a resync plans a settled JobWorker again and again over
+ * the same unchanged status.
+ */
+const shown = new WeakMap<object, string>();
+function shownOnServer(status: unknown): string {
+  if (typeof status !== 'object' || status === null) return canonical(visibleStatus({}));
+  let s = shown.get(status);
+  if (s === undefined) shown.set(status, (s = canonical(visibleStatus(status))));
+  return s;
+}
+
+/**
+ * JSON with every object's keys sorted and undefined fields dropped (the
+ * server sorts a custom resource's keys and omits what is undefined): equal
+ * strings, equal statuses.
+ */
+function canonical(v: unknown): string {
+  if (v === null || typeof v !== 'object') return JSON.stringify(v) ?? 'null';
+  if (Array.isArray(v))
+    return `[${v.map((x) => (x === undefined ? 'null' : canonical(x))).join(',')}]`;
+  const o = v as Record<string, unknown>;
+  const fields: string[] = [];
+  for (const k of Object.keys(o).sort())
+    if (o[k] !== undefined) fields.push(`${JSON.stringify(k)}:${canonical(o[k])}`);
+  return `{${fields.join(',')}}`;
 }
