@@ -163,17 +163,32 @@ describe('a claims database that turns read-only (a failover that leaves the URL
         await new Promise((r) => setTimeout(r, 2000));
       }
       await setReadOnly(false);
+      // Done is the completion record, then the ack: the handler's effect (written on its own
+      // connection here) comes before both, so 300 effects alone are not yet 300 jobs done.
+      const completed = async () =>
+        (
+          await admin.query<{ n: number }>(
+            "select count(*)::int as n from jobfleet_claims where state = 'completed'",
+          )
+        ).rows[0]?.n;
       await eventually(
-        'every job done',
-        async () => ((await h.effects()) === 300 ? true : undefined),
+        'every job done: recorded and acked',
+        async () => {
+          const [effects, records, left] = [
+            await h.effects(),
+            await completed(),
+            await h.messages(queue),
+          ];
+          if (records === 300 && left === 0) return true;
+          throw new Error(
+            `${effects} effects, ${records} completion records, ${left} in the queue`,
+          );
+        },
         60_000,
+        500,
       );
       for (const key of keys.slice(0, 20)) expect(await h.effects(key)).toBe(1);
-      const { rows } = await admin.query<{ n: number }>(
-        "select count(*)::int as n from jobfleet_claims where state = 'completed'",
-      );
-      expect(rows[0]?.n).toBe(300);
-      expect(await h.messages(queue)).toBe(0);
+      expect(await h.effects()).toBe(300);
       expect(await h.messages(`${queue}.dlq`)).toBe(0);
       expect(await h.messages(overLimitQueueName(queue))).toBe(0);
       // The broker's count of returns per message stays far below its limit.
