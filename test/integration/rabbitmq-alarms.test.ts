@@ -80,7 +80,12 @@ describe('a memory alarm on the broker', () => {
         keyRule: CONTRACT.keyRule,
       });
       await conn.close();
-      await eventually('the first run to start', () => Promise.resolve(runs === 1 || undefined));
+      // Each step has a bound of its own, together under the test's: a slow step names itself.
+      await eventually(
+        'the first run to start',
+        () => Promise.resolve(runs === 1 || undefined),
+        30_000,
+      );
       await node.ctl('rabbitmqctl', 'set_vm_memory_high_watermark', 'absolute', '1');
       release();
       const readyz = () =>
@@ -102,9 +107,13 @@ describe('a memory alarm on the broker', () => {
         30_000,
       );
       expect(outcomes).toEqual(['retried', 'completed']);
-      await eventually('ready again', async () => ((await readyz()).ready ? true : undefined));
+      await eventually(
+        'ready again',
+        async () => ((await readyz()).ready ? true : undefined),
+        30_000,
+      );
     } finally {
       await w.stop({ deadlineMs: 1000 });
     }
-  }, 90_000);
+  }, 150_000);
 });
