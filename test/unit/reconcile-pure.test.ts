@@ -135,16 +135,14 @@ describe('revisions', () => {
     ).not.toBe(templateHash(jw()));
     expect(templateHash(jw())).toBe(templateHash(jw()));
     // kept per parsed spec: the same spec object under another name is another template
-    const s = spec();
-    const named = (name: string): JobWorker => ({
-      ...jw(s),
-      metadata: { ...jw(s).metadata, name },
+    const named = (w: JobWorker, name: string): JobWorker => ({
+      ...w,
+      metadata: { ...w.metadata, name },
     });
-    expect(templateHash(named('a'))).not.toBe(templateHash(named('b')));
+    const parsed = jw();
+    expect(templateHash(named(parsed, 'a'))).not.toBe(templateHash(named(parsed, 'b')));
     // ... and a fresh parse of the same spec under the same name, the same template
-    expect(templateHash(named('a'))).toBe(
-      templateHash({ ...jw(spec()), metadata: { ...jw().metadata, name: 'a' } }),
-    );
+    expect(templateHash(named(parsed, 'a'))).toBe(templateHash(named(jw(), 'a')));
     expect(
       contractHash(spec({ contract: { idempotencyKey: 'k:{id}', schemaVersions: [2, 3] } })),
     ).toBe(contractHash(spec()));

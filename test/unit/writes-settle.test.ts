@@ -253,7 +253,7 @@ describe('settle', () => {
     );
     const o = obs({ raw: { ...raw, status: fromServer } });
     expect(settle(planned(o, { status }), o, undefined).status).toBeUndefined();
-    // the same status object read again (a resync): still nothing; a changed word: written
+    // the same status object read again (a resync): still nothing; a changed phase: written
     expect(settle(planned(o, { status }), o, undefined).status).toBeUndefined();
     const changed = { ...status, phase: 'Degraded' as const };
     expect(settle(planned(o, { status: changed }), o, undefined).status?.object.status).toEqual(
