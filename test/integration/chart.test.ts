@@ -168,7 +168,7 @@ describe('the Helm chart, rendered', () => {
         { name: 'JOBFLEET_LEASE_NAME', value: 'jobfleet-operator' },
         { name: 'JOBFLEET_CONCURRENCY', value: '16' },
         { name: 'LOG_LEVEL', value: 'info' },
-        { name: 'NODE_OPTIONS', value: '--max-old-space-size=256 --max-semi-space-size=2' },
+        { name: 'NODE_OPTIONS', value: '--max-old-space-size=256 --max-semi-space-size=16' },
       ]),
     );
   });
