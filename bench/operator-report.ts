@@ -91,8 +91,8 @@ writes are skipped when nothing changed, so the target is 0 writes.
 }
 
 /** What profiling the runs found (2026-12-06, this machine), and what was tried. */
-const FINDING = `**Where the apiserver's extra CPU goes (profiled 2026-12-06 with \`JOBFLEET_BENCH_PPROF\`, the three runs
-above, floor and run each profiled whole):** the CPU of the apiserver over its floor's, split by the kind of work in its
+const FINDING = `**Where the apiserver's extra CPU goes (profiled 2026-12-06 with \`JOBFLEET_BENCH_PPROF\`, in three runs of that day,
+before the 16 MiB young generation, floor and run each profiled whole):** the CPU of the apiserver over its floor's, split by the kind of work in its
 profile (the stacks' request handler and resource; \`go tool pprof -traces\`, grouped by hand):
 
 | cause | run 1 | run 2 | run 3 |
@@ -116,7 +116,12 @@ Reads cost nothing (the operator reads from its watches). The rest moves with th
 follow all the work, and "the controllers' own updates" are the same requests in both (the floor's control plane did
 more of them in run 3, fewer in run 1). The floor itself moves most: its control plane used 90 s, 102 s and 135 s of
 CPU for the same objects, so the CPU ratio of a run (1.85, 1.46, 1.06) follows its floor more than the operator
-(operator CPU 17.8 s, 15.0 s, 14.5 s; the run's apiserver 102 s, 90 s, 87 s against its floor's 53 s, 61 s, 82 s). Tried: a Deployment's watch events wake its
+(operator CPU 17.8 s, 15.0 s, 14.5 s; the run's apiserver 102 s, 90 s, 87 s against its floor's 53 s, 61 s, 82 s).
+Found since (2026-12-07, the operator's own CPU profile, \`JOBFLEET_BENCH_CPU_PROF\`): a quarter of the operator's CPU was
+garbage collection, with the chart's 2 MiB young generation promoting watch events and plans that die young; with 16 MiB,
+side by side in two pairs of one-run benches, operator CPU 9.9 and 11.9 s against 13.6 and 14.1 s, peak RSS 169 MiB
+against 151 and 166 MiB, and the control plane's CPU fell with the shorter run (the runs above have it).
+The next largest shares of the operator's CPU: decoding the watch streams (JSON, about a tenth) and the plans. Tried: a Deployment's watch events wake its
 JobWorker only when they may change the plan (not the deployment controller's revision annotation, not Progressing's
 reason once every replica is available, not our own apply coming back): 3.4–3.8 planned reconciles per new
 JobWorker, from 4.0–4.4 (the runs of 2026-12-06 before it). Earlier (2026-12-03): the status written by JSON patch
