@@ -26,6 +26,8 @@ export interface JobWorkerMemory {
   deploymentWrites?: string[];
   /** the last quarantine read: its stats, or the error and the stats before it */
   deadLetters?: DeadLetterRead;
+  /** where its quarantine is read: ./quarantine-poll.ts reads it there between reconciles */
+  quarantineAt?: { claimsUrl: string; queue: string };
   /** the generation a deprecated spec field was last announced for (a Warning event) */
   deprecationWarned?: number;
   /** when the worker pods' own figures were last read (ms) */
@@ -58,13 +60,6 @@ export interface PlannedFrom {
   deadLetters: DeadLetterRead | undefined;
   /** when the plan asked to look again (ms); undefined: only news wakes it */
   dueAt?: number;
-  /**
-   * That requeue was only to read the quarantine again: an unchanged read
-   * plans nothing until `otherDueAt` (ms; Infinity: never), when something
-   * else is due (the queue's poll): a quarantine read more often than the
-   * queue must not keep the queue from being read.
-   */
-  readQuarantine?: { otherDueAt: number };
 }
 
 export class JobWorkerMemories {
@@ -84,6 +79,11 @@ export class JobWorkerMemories {
   /** Whether `memory` is still `key`'s: a read that finishes after forget() must not write. */
   current(key: string, memory: JobWorkerMemory): boolean {
     return this.byKey.get(key) === memory;
+  }
+
+  /** Every JobWorker's key and memory. */
+  entries(): IterableIterator<[string, JobWorkerMemory]> {
+    return this.byKey.entries();
   }
 
   forget(key: string): void {

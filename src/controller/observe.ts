@@ -154,21 +154,6 @@ export class Observer {
   }
 
   /**
-   * The quarantine read alone, for a JobWorker whose last plan stands
-   * (./unchanged.ts): the spec as parsed, its Secrets as cached. Resolves
-   * to the read now in its memory.
-   */
-  async rereadDeadLetters(raw: KubeObject): Promise<DeadLetterRead | undefined> {
-    const namespace = raw.metadata.namespace as string;
-    const name = raw.metadata.name;
-    const { parsed } = this.parsed(raw);
-    if (!parsed.ok || !this.d.deadLetters) return undefined;
-    const secrets = await this.readSecrets(namespace, parsed.spec);
-    await this.observeDeadLetters(namespace, name, parsed.spec, secrets.values);
-    return this.d.memory.of(`${namespace}/${name}`).deadLetters;
-  }
-
-  /**
    * The spec parsed and checked once per uid and generation (the apiserver
    * bumps the generation on every spec change): zod's validation of an
    * unchanged spec was a good part of every reconcile's CPU.
@@ -317,6 +302,7 @@ export class Observer {
     // for what no longer exists.
     const memory = this.d.memory.of(key);
     const current = () => this.d.memory.current(key, memory);
+    memory.quarantineAt = { claimsUrl, queue: spec.broker.queue };
     const read = this.d.deadLetters
       .read(claimsUrl, spec.broker.queue, this.d.deadLetterReadMs)
       .then(

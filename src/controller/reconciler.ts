@@ -32,7 +32,8 @@ import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { podsToAsk } from '../signals/worker-readiness.js';
 import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
 import { Observer, type ObjectCache, type ReconcileCounts } from './observe.js';
-import { childrenVersions, dueOnlyToReadQuarantine, sameRead, unchanged } from './unchanged.js';
+import { childrenVersions, unchanged } from './unchanged.js';
+import { QuarantinePoll } from './quarantine-poll.js';
 import { answerNeed } from './plan-reads.js';
 import type { ProcessResult } from './workqueue.js';
 
@@ -120,16 +121,6 @@ export class JobWorkerReconciler {
       const due = last.dueAt;
       return due !== undefined ? { requeueAfterMs: Math.max(1, due - nowMs) } : {};
     }
-    // Due only to read the quarantine again: a read that says the same plans nothing.
-    if (last && dueOnlyToReadQuarantine(last, seen)) {
-      const read = await this.observer.rereadDeadLetters(raw).catch(() => undefined);
-      if (sameRead(last.deadLetters, read)) {
-        this.d.metrics.reconcileUnchanged.inc();
-        const dueAt = Math.min(nowMs + this.deadLetterReadMs, last.readQuarantine!.otherDueAt);
-        memory.planned = { ...last, deadLetters: read, dueAt };
-        return { requeueAfterMs: Math.max(1, dueAt - nowMs) };
-      }
-    }
     memory.planned = undefined;
     const end = this.d.metrics.reconcileDuration.startTimer();
     try {
@@ -146,9 +137,6 @@ export class JobWorkerReconciler {
         children,
         deadLetters: memory.deadLetters,
         ...(plan.requeueAfterMs !== undefined && { dueAt: nowMs + plan.requeueAfterMs }),
-        ...(plan.requeueToReadQuarantine && {
-          readQuarantine: { otherDueAt: nowMs + plan.requeueToReadQuarantine.otherAfterMs },
-        }),
       };
       return plan.requeueAfterMs !== undefined ? { requeueAfterMs: plan.requeueAfterMs } : {};
     } catch (err) {
@@ -157,6 +145,21 @@ export class JobWorkerReconciler {
     } finally {
       end();
     }
+  }
+
+  /**
+   * The quarantines read between reconciles, every deadLetterReadMs: `wake`
+   * hears of each JobWorker whose read changed. Undefined when quarantines
+   * are not observed.
+   */
+  quarantinePoll(wake: (key: string) => void): QuarantinePoll | undefined {
+    if (!this.d.deadLetters) return undefined;
+    return new QuarantinePoll({
+      reader: this.d.deadLetters,
+      memory: this.memory,
+      everyMs: this.deadLetterReadMs,
+      wake,
+    });
   }
 
   /** The pure plan, with the reads it asks for answered. */
@@ -170,7 +173,6 @@ export class JobWorkerReconciler {
         deprecationWarned: memory.deprecationWarned,
         now: this.now(),
         pollMs: this.pollMs,
-        deadLetterReadMs: this.deadLetterReadMs,
         brokerSettingsReadMs: this.d.brokerSettingsReadMs,
         ...(this.d.operatorLease && { operatorLease: this.d.operatorLease }),
       },

@@ -15,6 +15,7 @@ import { CreationWindow, hasItsPods } from './creation-window.js';
 import { Informer, keyOf } from './informer.js';
 import type { ObjectCache } from './observe.js';
 import { slimPod } from '../signals/worker-readiness.js';
+import type { QuarantinePoll } from './quarantine-poll.js';
 import { JobReplayController } from './replay-controller.js';
 import { NeedsAttention, type JobWorkerReconciler } from './reconciler.js';
 import { deploymentHasNews, hasNews } from './unchanged.js';
@@ -61,6 +62,8 @@ export class LeadershipTerm {
   private readonly replays: JobReplayController;
   private readonly creations: CreationWindow;
   private readonly expiry: NodeJS.Timeout;
+  /** the quarantines, read between reconciles once these have begun */
+  private readonly quarantines: QuarantinePoll | undefined;
   private stopping: Promise<void> | undefined;
   /** every JobWorker and Deployment cache is filled: reconciles have begun */
   synced = false;
@@ -77,6 +80,7 @@ export class LeadershipTerm {
       timeoutMs: d.creationTimeoutMs ?? CREATION_TIMEOUT_MS,
     });
     this.queue = this.workQueue('jobworker', d.concurrency);
+    this.quarantines = d.reconciler.quarantinePoll((key) => this.queue.add(key));
     this.replayQueue = this.workQueue('jobreplay', 2);
     const owned = d.namespaces.flatMap((namespace) => this.ownedInformers(namespace));
     const replayInformers = d.namespaces.map((namespace) => this.replayInformer(namespace));
@@ -176,6 +180,7 @@ export class LeadershipTerm {
         this.queue.start((key) =>
           this.mayCreate(key) ? reconcile(key) : Promise.resolve({ deferred: true }),
         );
+        this.quarantines?.start();
       },
       (err: Error) => this.d.log.error({ err }, 'initial list failed'),
     );
@@ -309,6 +314,7 @@ export class LeadershipTerm {
     this.stopping ??= (async () => {
       this.synced = false;
       clearInterval(this.expiry);
+      this.quarantines?.stop();
       for (const i of this.informers) i.stop();
       // The replay queue first: a reconcile it is finishing may still start a
       // run, which the controller's stop then aborts with the rest.

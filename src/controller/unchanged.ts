@@ -54,24 +54,6 @@ export function unchanged(
 }
 
 /**
- * Nothing is new but the time to read the quarantine again, which was the
- * plan's only reason to look again (until the plan's other reads fall due).
- */
-export function dueOnlyToReadQuarantine(
-  planned: PlannedFrom,
-  now: Parameters<typeof unchanged>[1],
-): boolean {
-  const q = planned.readQuarantine;
-  if (!q || now.nowMs >= q.otherDueAt) return false;
-  return unchanged({ ...planned, dueAt: undefined }, now);
-}
-
-/** Two quarantine reads that say the same. */
-export function sameRead(a: DeadLetterRead | undefined, b: DeadLetterRead | undefined): boolean {
-  return a?.error === b?.error && isDeepStrictEqual(a?.stats, b?.stats);
-}
-
-/**
  * Whether a JobWorker watch event may change a plan: anything but a change
  * of status alone (the operator's own status write, most often), which
  * wakes nothing. A new object, a deletion or any spec or metadata change is news.

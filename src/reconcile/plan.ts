@@ -88,13 +88,6 @@ export interface Plan {
   /** findings of each broker reason, for the gauge; absent when the broker was not checked */
   brokerUnsafe?: BrokerVerdict['counts'];
   requeueAfterMs?: number;
-  /**
-   * The requeue is only the quarantine's periodic read: nothing else is due
-   * then. `otherAfterMs`: when the next other read is due (the queue's poll, a
-   * condition's turn; Infinity: none), which an unchanged quarantine read must
-   * not push back.
-   */
-  requeueToReadQuarantine?: { otherAfterMs: number };
 }
 
 export interface PlanInput {
@@ -104,7 +97,6 @@ export interface PlanInput {
   now: Date;
   /** how often the queue is read while scaling on its age */
   pollMs: number;
-  deadLetterReadMs: number;
   /** how often the broker's settings are read (BrokerSettingsSafe), default a minute */
   brokerSettingsReadMs?: number;
   /** the generation this process last announced a deprecated field for */
@@ -751,7 +743,7 @@ function requeue(
   status: JobWorkerStatus,
   rollout: RolloutPlan | undefined,
   scaled: boolean,
-): Pick<Plan, 'requeueAfterMs' | 'requeueToReadQuarantine'> {
+): Pick<Plan, 'requeueAfterMs'> {
   if (i.obs.problems.length) return {}; // retried with backoff instead
   if (rollout?.requeueMs !== undefined) return { requeueAfterMs: rollout.requeueMs };
   // A new revision rolling out over one that ran (or held by the gate) reads its gate's
@@ -763,21 +755,18 @@ function requeue(
   )
     return { requeueAfterMs: Math.min(5000, i.pollMs) };
   // Turn the condition at the moment the oldest quarantined entry passes maxAge.
+  // (The quarantine itself is read between reconciles: src/controller/quarantine-poll.ts.)
   const turns = i.obs.deadLetters ? deadLetterDueInMs(i.obs.deadLetters, i.now) : undefined;
-  const read = i.obs.deadLetters ? i.deadLetterReadMs : Infinity;
   // A Deployment that stays short of ready: its pods are asked why, with backoff (./status/workers.ts).
   const workersDue = workersDueInMs(workersShortSince(i.obs.deployment), i.now) ?? Infinity;
   // A removed policy clears BrokerSettingsSafe without a change of the JobWorker. (A JobWorker
   // with a management URL polls its queue more often than this anyway.)
   const brokerDue = i.obs.brokerSettings ? (i.brokerSettingsReadMs ?? 60_000) : Infinity;
-  const other = Math.min(
+  const after = Math.min(
     scaled && i.obs.polling ? i.pollMs : Infinity,
     turns ?? Infinity,
     workersDue,
     brokerDue,
   );
-  const after = Math.min(other, read);
-  if (!Number.isFinite(after)) return {};
-  if (read >= other) return { requeueAfterMs: after };
-  return { requeueAfterMs: after, requeueToReadQuarantine: { otherAfterMs: other } };
+  return Number.isFinite(after) ? { requeueAfterMs: after } : {};
 }

@@ -18,6 +18,7 @@ function setUp(deadLetters?: () => DeadLetterStats) {
   let rv = 10;
   let now = Date.parse('2026-12-01T12:00:00Z');
   let jobWorker = jobWorkerObject({ uid: 'u1', resourceVersion: String(rv) });
+  let deleted = false;
   const statusWrites: KubeObject[] = [];
   const client = {
     find: (_apiVersion: string, kind: string, _ns: string, name: string) =>
@@ -43,7 +44,8 @@ function setUp(deadLetters?: () => DeadLetterStats) {
   } as unknown as KubeClient;
   const deployments = new Map<string, KubeObject>();
   const term = (): ObjectCache => ({
-    get: (kind, _ns, name) => (kind === 'JobWorker' ? jobWorker : deployments.get(name)),
+    get: (kind, _ns, name) =>
+      kind === 'JobWorker' ? (deleted ? undefined : jobWorker) : deployments.get(name),
     owned: () => [],
   });
   const counts = { specParsed: 0, planned: 0 };
@@ -71,6 +73,7 @@ function setUp(deadLetters?: () => DeadLetterStats) {
     unchanged,
     jobWorker: () => jobWorker,
     later: (ms: number) => (now += ms),
+    delete: () => (deleted = true),
     edit: (spec: Record<string, unknown>) => {
       jobWorker = {
         ...jobWorker,
@@ -140,50 +143,62 @@ describe('a reconcile with nothing new', () => {
   });
 });
 
-describe('the quarantine read every 30 s', () => {
-  it('plans again only when the read says something new', async () => {
-    let stats = { quarantined: 0 } as DeadLetterStats;
+describe('the quarantine, read between reconciles (src/controller/quarantine-poll.ts)', () => {
+  it('a settled JobWorker asks for no reconcile to read it; a read that says something new wakes it, and it plans', async () => {
+    let stats = { quarantined: 0, oldestAt: null } as DeadLetterStats;
     const w = setUp(() => stats);
     const cache = w.term();
-    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 30_000 });
+    const woken: string[] = [];
+    const poll = w.reconciler.quarantinePoll((key) => woken.push(key))!;
+    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({});
     w.later(30_000);
-    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 30_000 });
-    expect(w.counts.planned).toBe(1);
-    w.later(30_000);
+    await poll.poll();
+    expect(woken).toEqual([]);
     stats = { quarantined: 2, oldestAt: new Date('2026-12-01T12:00:30Z') };
+    await poll.poll();
+    expect(woken).toEqual(['ns/w']);
     await w.reconciler.reconcile('ns/w', cache);
-    expect(w.counts.planned).toBe(2);
-    expect(w.counts.specParsed).toBe(1);
-  });
-});
-
-describe('a quarantine read more often than something else falls due', () => {
-  // The oldest entry passes maxAge (86,400 s) 45 s from now, which turns the
-  // condition: an unchanged quarantine read at 30 s must not push that back.
-  const nearlyOld = () =>
-    ({ quarantined: 1, oldestAt: new Date('2026-11-30T12:00:44Z') }) as DeadLetterStats;
-
-  it('an unchanged read waits only until the other read is due, then plans', async () => {
-    const w = setUp(nearlyOld);
-    const cache = w.term();
-    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 30_000 });
-    w.later(30_000);
-    // the read is the same: no plan, and back at 45 s, not at 60 s
-    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 15_000 });
-    expect(w.counts.planned).toBe(1);
-    w.later(15_000);
-    await w.reconciler.reconcile('ns/w', cache);
-    expect(w.counts.planned).toBe(2);
-    expect(w.counts.specParsed).toBe(1);
+    expect(w.counts).toEqual({ specParsed: 1, planned: 2 });
+    expect(w.statusWrites.at(-1)?.status).toMatchObject({
+      deadLetters: { quarantined: 2 },
+    });
+    // the same read again wakes nothing
+    await poll.poll();
+    expect(woken).toEqual(['ns/w']);
   });
 
-  it('woken early by a resync before either is due: the last plan stands', async () => {
-    const w = setUp(nearlyOld);
-    const cache = w.term();
-    await w.reconciler.reconcile('ns/w', cache);
-    w.later(10_000);
-    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({ requeueAfterMs: 20_000 });
-    expect(w.counts.planned).toBe(1);
+  it('a read that fails, then works again, wakes the JobWorker each time', async () => {
+    let fail = false;
+    const w = setUp(() => {
+      if (fail) throw new Error('connection refused');
+      return { quarantined: 0, oldestAt: null };
+    });
+    const woken: string[] = [];
+    const poll = w.reconciler.quarantinePoll((key) => woken.push(key))!;
+    await w.reconciler.reconcile('ns/w', w.term());
+    fail = true;
+    await poll.poll();
+    fail = false;
+    await poll.poll();
+    expect(woken).toEqual(['ns/w', 'ns/w']);
+  });
+
+  it('a deleted JobWorker is not read', async () => {
+    let reads = 0;
+    const w = setUp(() => (reads++, { quarantined: 0, oldestAt: null }));
+    const poll = w.reconciler.quarantinePoll(() => undefined)!;
+    await w.reconciler.reconcile('ns/w', w.term());
+    const before = reads;
+    w.delete();
+    await w.reconciler.reconcile('ns/w', w.term());
+    await poll.poll();
+    expect(reads).toBe(before);
+  });
+
+  it('the condition still turns when the oldest entry passes maxAge: the plan asks for that time', async () => {
+    // maxAge 86,400 s; the oldest entry passes it 45 s from now (the turn is a second past it)
+    const w = setUp(() => ({ quarantined: 1, oldestAt: new Date('2026-11-30T12:00:44Z') }));
+    expect(await w.reconciler.reconcile('ns/w', w.term())).toEqual({ requeueAfterMs: 45_000 });
   });
 });
 

@@ -188,7 +188,7 @@ class World {
     const now = new Date(Date.UTC(2026, 10, 30) + this.t * 1000);
     const obs = this.observe(now);
     const plan = planToCompletion(
-      { obs, memory: this.memory, now, pollMs: 10_000, deadLetterReadMs: 30_000 },
+      { obs, memory: this.memory, now, pollMs: 10_000 },
       answerFromWorld(this),
     );
     this.memory = plan.memory;

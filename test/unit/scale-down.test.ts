@@ -88,7 +88,6 @@ describe('the plan of a scale-down', () => {
         },
         now: NOW,
         pollMs: 10_000,
-        deadLetterReadMs: 30_000,
       },
       (need, answers) => {
         asked.push(need.kind);
