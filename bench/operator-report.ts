@@ -121,7 +121,10 @@ Found since (2026-12-07, the operator's own CPU profile, \`JOBFLEET_BENCH_CPU_PR
 garbage collection, with the chart's 2 MiB young generation promoting watch events and plans that die young; with 16 MiB,
 side by side in two pairs of one-run benches, operator CPU 9.9 and 11.9 s against 13.6 and 14.1 s, peak RSS 169 MiB
 against 151 and 166 MiB, and the control plane's CPU fell with the shorter run (the runs above have it).
-The next largest shares of the operator's CPU: decoding the watch streams (JSON, about a tenth) and the plans. Tried: a Deployment's watch events wake its
+The next largest shares of the operator's CPU: decoding the watch streams (JSON, about a tenth) and the plans.
+Then (2026-12-07) each claims database's quarantine is read every 30 s between reconciles, waking only a JobWorker whose
+quarantine changed, where each JobWorker had asked for a reconcile every 30 s to read it: steady state 1.28 → 0.66 ms per
+JobWorker per minute (11,103 → 1,000 reconciles in the window), and 4,112–4,306 → 3,377–3,410 reconciles until converged. Tried: a Deployment's watch events wake its
 JobWorker only when they may change the plan (not the deployment controller's revision annotation, not Progressing's
 reason once every replica is available, not our own apply coming back): 3.4–3.8 planned reconciles per new
 JobWorker, from 4.0–4.4 (the runs of 2026-12-06 before it). Earlier (2026-12-03): the status written by JSON patch
