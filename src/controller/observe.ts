@@ -18,7 +18,8 @@ import type {
 } from '../reconcile/model/index.js';
 import type { BrokerSettingsReader } from '../signals/broker-settings.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
-import type { DeadLetterRead, JobWorkerMemories, ParsedSpec } from './memory.js';
+import type { JobWorkerMemories, ParsedSpec } from './memory.js';
+import { readQuarantine } from './quarantine-poll.js';
 import { fetchFleetSignals, prometheusFor, PrometheusError } from '../signals/prometheus.js';
 import { readWorkerPods, type Pod } from '../signals/worker-metrics.js';
 import { fetchQueueStats, ManagementApiError, vhostOf } from '../signals/rabbitmq.js';
@@ -303,16 +304,16 @@ export class Observer {
     const memory = this.d.memory.of(key);
     const current = () => this.d.memory.current(key, memory);
     memory.quarantineAt = { claimsUrl, queue: spec.broker.queue };
-    const read = this.d.deadLetters
-      .read(claimsUrl, spec.broker.queue, this.d.deadLetterReadMs)
-      .then(
-        (stats): DeadLetterRead => {
-          if (current())
-            this.d.metrics.setDeadLetters(namespace, name, stats, spec.deadLetter.maxAgeSeconds);
-          return { stats };
-        },
-        (err: Error): DeadLetterRead => ({ stats: memory.deadLetters?.stats, error: err.message }),
-      );
+    const read = readQuarantine(
+      this.d.deadLetters,
+      memory.quarantineAt,
+      this.d.deadLetterReadMs,
+      () => memory.deadLetters,
+    ).then((r) => {
+      if (!r.error && r.stats && current())
+        this.d.metrics.setDeadLetters(namespace, name, r.stats, spec.deadLetter.maxAgeSeconds);
+      return r;
+    });
     void read.then((r) => {
       if (current()) memory.deadLetters = r;
     });

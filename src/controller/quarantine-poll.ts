@@ -45,13 +45,8 @@ export class QuarantinePoll {
       [...memory.entries()].map(async ([key, m]) => {
         const at = m.quarantineAt;
         if (!at) return;
-        let read: DeadLetterRead;
-        try {
-          // maxAge 0: this round's first read of a database queries it, the others share that query
-          read = { stats: await reader.read(at.claimsUrl, at.queue, 0) };
-        } catch (err) {
-          read = { stats: m.deadLetters?.stats, error: (err as Error).message };
-        }
+        // maxAge 0: this round's first read of a database queries it, the others share that query
+        const read = await readQuarantine(reader, at, 0, () => m.deadLetters);
         // a JobWorker deleted meanwhile stays forgotten
         if (!memory.current(key, m) || sameRead(m.deadLetters, read)) return;
         // a new read object: the last plan no longer stands (./unchanged.ts)
@@ -59,6 +54,23 @@ export class QuarantinePoll {
         this.d.wake(key);
       }),
     );
+  }
+}
+
+/**
+ * One JobWorker's quarantine read from a snapshot at most `maxAgeMs` old: its
+ * stats, or the error with the stats `before()` still holds at that moment.
+ */
+export async function readQuarantine(
+  reader: DeadLetterReader,
+  at: { claimsUrl: string; queue: string },
+  maxAgeMs: number,
+  before: () => DeadLetterRead | undefined,
+): Promise<DeadLetterRead> {
+  try {
+    return { stats: await reader.read(at.claimsUrl, at.queue, maxAgeMs) };
+  } catch (err) {
+    return { stats: before()?.stats, error: (err as Error).message };
   }
 }
 
