@@ -1,6 +1,6 @@
 // What this process keeps of each JobWorker between reconciles — the
-// scaler's window, the status it last wrote, its last quarantine read, when
-// its pods' counters were read — in one record per JobWorker, so a deleted
+// scaler's window, the status it last wrote (or since when it holds the
+// first), its last quarantine read, when its pods' counters were read — in one record per JobWorker, so a deleted
 // JobWorker is forgotten by one delete. Lost on restart, and that is fine:
 // each part is rebuilt from the cluster and the queue within a few reconciles.
 import type { JobWorkerSpec } from '../api/jobworker.js';
@@ -38,6 +38,8 @@ export interface JobWorkerMemory {
   spec?: ParsedSpec;
   /** what the last plan was made from (./unchanged.ts): a reconcile that finds the same makes none */
   planned?: PlannedFrom;
+  /** when a plan first held its first status (ms; src/reconcile/status/first-status.ts): held at most that long after */
+  firstStatusHeldAt?: number;
 }
 
 export interface ParsedSpec {

@@ -175,6 +175,9 @@ export class JobWorkerReconciler {
         pollMs: this.pollMs,
         brokerSettingsReadMs: this.d.brokerSettingsReadMs,
         ...(this.d.operatorLease && { operatorLease: this.d.operatorLease }),
+        ...(memory.firstStatusHeldAt !== undefined && {
+          firstStatusHeldAt: memory.firstStatusHeldAt,
+        }),
       },
       (need, answers) => {
         if (need.kind === 'workers') {
@@ -191,6 +194,7 @@ export class JobWorkerReconciler {
     if (!asked) memory.workers = undefined;
     if (p.memory) memory.scaling = p.memory;
     if (p.deprecationWarned !== undefined) memory.deprecationWarned = p.deprecationWarned;
+    if (p.statusHeldMs !== undefined) memory.firstStatusHeldAt ??= this.now().getTime();
     return p;
   }
 

@@ -88,7 +88,8 @@ export class JobReplayController {
       return {};
     }
     if (TERMINAL.has(jr.status?.phase ?? '')) return {};
-    if (this.runs.has(key)) return {};
+    // Running: looked at again after as long as a new run asks (the queue keeps the latest requeue only).
+    if (this.runs.has(key)) return { requeueAfterMs: 10_000 };
 
     const parsed = parseReplaySpec(jr.spec);
     if (!parsed.ok) {

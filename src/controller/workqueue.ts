@@ -2,7 +2,9 @@
 // burst of watch events for one object becomes one reconcile; duplicate keys
 // merge; a key is never processed twice at once (an add while it runs marks
 // it dirty and it runs again after); at most `concurrency` keys run; failures
-// back off per key, exponentially, up to a cap.
+// back off per key, exponentially, up to a cap. Unlike client-go's, a run's
+// result replaces a requeue an earlier run asked for: the latest plan says
+// when to look again (a requeue that outlived its reason planned once more).
 
 export interface Timers {
   now(): number;
@@ -124,6 +126,13 @@ export class WorkQueue {
     this.failures.delete(key);
   }
 
+  private cancelDelayed(key: string): void {
+    const pending = this.delayed.get(key);
+    if (!pending) return;
+    this.timers.clearTimeout(pending.handle);
+    this.delayed.delete(key);
+  }
+
   start(process: (key: string) => Promise<ProcessResult | void>): void {
     this.process = process;
     this.pump();
@@ -166,7 +175,10 @@ export class WorkQueue {
   ): Promise<void> {
     try {
       const result = await process(key);
-      if (!result?.deferred) this.forget(key);
+      if (!result?.deferred) {
+        this.forget(key);
+        this.cancelDelayed(key);
+      }
       if (result?.requeueAfterMs !== undefined) this.addAfter(key, result.requeueAfterMs);
     } catch (err) {
       const ms = this.stopped ? 0 : this.addRateLimited(key);

@@ -48,6 +48,7 @@ import {
 import {
   computeStatus,
   deadLetterDueInMs,
+  firstStatusHoldMs,
   observeDeployment,
   workersDueInMs,
   workersNeedChecking,
@@ -88,6 +89,8 @@ export interface Plan {
   /** findings of each broker reason, for the gauge; absent when the broker was not checked */
   brokerUnsafe?: BrokerVerdict['counts'];
   requeueAfterMs?: number;
+  /** a new JobWorker's first status waits this long still for it to turn Available (./status/first-status.ts): not written now */
+  statusHeldMs?: number;
 }
 
 export interface PlanInput {
@@ -103,6 +106,8 @@ export interface PlanInput {
   deprecationWarned?: number;
   /** the leader-election Lease of the operator planning, recorded in status for `kubectl jobworker status` */
   operatorLease?: { namespace: string; name: string };
+  /** when this process first held this JobWorker's first status (ms; ./status/first-status.ts) */
+  firstStatusHeldAt?: number;
   answers: PlanAnswers;
 }
 
@@ -203,6 +208,7 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
       }),
   });
   const deprecation = deprecationEvents(obs, i.deprecationWarned);
+  const held = firstStatusHoldMs(obs, status, now, i.firstStatusHeldAt);
   return {
     writes: writesOf(obs, { ...fleet, ...(removal && { podCosts: removal.writes }) }),
     status,
@@ -223,7 +229,8 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     desiredReplicas: status.desiredReplicas ?? r.desiredReplicas,
     ...(rollout && { rolloutBlocked: rollout.blocked }),
     ...(broker?.counts && { brokerUnsafe: broker.counts }),
-    ...requeue(i, status, rollout, r.scaling !== undefined),
+    ...(held !== undefined && { statusHeldMs: held }),
+    ...requeue(i, status, rollout, r.scaling !== undefined, held),
   };
 }
 
@@ -743,9 +750,12 @@ function requeue(
   status: JobWorkerStatus,
   rollout: RolloutPlan | undefined,
   scaled: boolean,
+  /** the first status is held this long still: it is written then, unless a change comes first */
+  held: number | undefined,
 ): Pick<Plan, 'requeueAfterMs'> {
   if (i.obs.problems.length) return {}; // retried with backoff instead
-  if (rollout?.requeueMs !== undefined) return { requeueAfterMs: rollout.requeueMs };
+  if (rollout?.requeueMs !== undefined)
+    return { requeueAfterMs: Math.min(rollout.requeueMs, held ?? Infinity) };
   // A new revision rolling out over one that ran (or held by the gate) reads its gate's
   // signals again every few seconds; a JobWorker's first rollout is driven by its Deployment.
   if (
@@ -763,6 +773,7 @@ function requeue(
   // with a management URL polls its queue more often than this anyway.)
   const brokerDue = i.obs.brokerSettings ? (i.brokerSettingsReadMs ?? 60_000) : Infinity;
   const after = Math.min(
+    held ?? Infinity,
     scaled && i.obs.polling ? i.pollMs : Infinity,
     turns ?? Infinity,
     workersDue,

@@ -225,15 +225,19 @@ class World {
       if (!this.records.has(rev))
         this.records.set(rev, (r as unknown as { data: Record<string, unknown> }).data);
     }
-    for (const d of applied(plan).filter((c) => c.kind === 'Deployment')) this.applyDeployment(d);
+    for (const d of applied(plan).filter((c) => c.kind === 'Deployment'))
+      this.applyDeployment(d, now);
     for (const name of deleted(plan, 'Deployment')) {
       this.deployments.delete(name);
       for (const p of this.pods) if (p.owner === name) this.terminate(p);
     }
-    if (JSON.stringify(plan.status) !== JSON.stringify(this.status))
-      for (const e of plan.events)
-        this.events.push({ t: this.t, reason: e.reason, message: e.message });
-    this.status = plan.status;
+    // A new JobWorker's first status may wait for it to turn Available (src/reconcile/status/first-status.ts).
+    if (plan.statusHeldMs === undefined) {
+      if (JSON.stringify(plan.status) !== JSON.stringify(this.status))
+        for (const e of plan.events)
+          this.events.push({ t: this.t, reason: e.reason, message: e.message });
+      this.status = plan.status;
+    }
     this.checkPlan(plan);
     return plan;
   }
@@ -245,12 +249,16 @@ class World {
   }
 
   /** The apiserver and the ReplicaSet controller: a changed Deployment, and an immediate scale-down. */
-  private applyDeployment(d: KubeObject): void {
+  private applyDeployment(d: KubeObject, now: Date): void {
     const live = this.deployments.get(d.metadata.name);
     if (JSON.stringify(live?.spec) !== JSON.stringify(d.spec))
       this.deployments.set(d.metadata.name, {
         ...d,
-        metadata: { ...d.metadata, generation: (live?.metadata.generation ?? 0) + 1 },
+        metadata: {
+          ...d.metadata,
+          generation: (live?.metadata.generation ?? 0) + 1,
+          creationTimestamp: live?.metadata.creationTimestamp ?? now.toISOString(),
+        },
         status: live?.status ?? {},
       });
     this.scaleDown(d.metadata.name);

@@ -12,12 +12,17 @@ import type { KubeClient, KubeObject } from '../../src/kube/client.js';
 import type { EventRecorder } from '../../src/kube/events.js';
 import { operatorMetrics } from '../../src/metrics.js';
 import type { DeadLetterReader, DeadLetterStats } from '../../src/signals/dead-letters.js';
+import { FIRST_STATUS_HOLD_MS } from '../../src/reconcile/status/index.js';
 import { jobWorkerObject } from './jobworker-fixture.js';
 
-function setUp(deadLetters?: () => DeadLetterStats) {
+/** `old`: a JobWorker with a status written before (not a new one, whose first status is held). */
+function setUp(deadLetters?: () => DeadLetterStats, opts: { old?: boolean } = {}) {
   let rv = 10;
   let now = Date.parse('2026-12-01T12:00:00Z');
-  let jobWorker = jobWorkerObject({ uid: 'u1', resourceVersion: String(rv) });
+  let jobWorker: KubeObject = {
+    ...jobWorkerObject({ uid: 'u1', resourceVersion: String(rv) }),
+    ...(opts.old && { status: { observedGeneration: 1 } }),
+  };
   let deleted = false;
   const statusWrites: KubeObject[] = [];
   const client = {
@@ -92,13 +97,21 @@ describe('a reconcile with nothing new', () => {
   it('after its own status write: no spec validation, no plan', async () => {
     const w = setUp();
     const cache = w.term();
+    // A new JobWorker: its first status waits for it to turn Available (src/reconcile/status/first-status.ts) …
+    expect(await w.reconciler.reconcile('ns/w', cache)).toEqual({
+      requeueAfterMs: FIRST_STATUS_HOLD_MS,
+    });
+    expect(w.statusWrites).toHaveLength(0);
+    // … which this one does not do (its Deployment never shows): written when the hold is over.
+    w.later(FIRST_STATUS_HOLD_MS);
     await w.reconciler.reconcile('ns/w', cache);
     expect(w.statusWrites).toHaveLength(1);
-    expect(w.counts).toEqual({ specParsed: 1, planned: 1 });
+    expect(w.statusWrites[0]?.status).toMatchObject({ phase: 'Progressing' });
+    expect(w.counts).toEqual({ specParsed: 1, planned: 2 });
     // Woken again (a resync, a wake-up of another cause) at the version our status write made.
     await w.reconciler.reconcile('ns/w', cache);
     await w.reconciler.reconcile('ns/w', cache);
-    expect(w.counts).toEqual({ specParsed: 1, planned: 1 });
+    expect(w.counts).toEqual({ specParsed: 1, planned: 2 });
     expect(await w.unchanged()).toBe(2);
     expect(w.statusWrites).toHaveLength(1);
   });
@@ -146,7 +159,7 @@ describe('a reconcile with nothing new', () => {
 describe('the quarantine, read between reconciles (src/controller/quarantine-poll.ts)', () => {
   it('a settled JobWorker asks for no reconcile to read it; a read that says something new wakes it, and it plans', async () => {
     let stats = { quarantined: 0, oldestAt: null } as DeadLetterStats;
-    const w = setUp(() => stats);
+    const w = setUp(() => stats, { old: true });
     const cache = w.term();
     const woken: string[] = [];
     const poll = w.reconciler.quarantinePoll((key) => woken.push(key))!;
@@ -197,7 +210,9 @@ describe('the quarantine, read between reconciles (src/controller/quarantine-pol
 
   it('the condition still turns when the oldest entry passes maxAge: the plan asks for that time', async () => {
     // maxAge 86,400 s; the oldest entry passes it 45 s from now (the turn is a second past it)
-    const w = setUp(() => ({ quarantined: 1, oldestAt: new Date('2026-11-30T12:00:44Z') }));
+    const w = setUp(() => ({ quarantined: 1, oldestAt: new Date('2026-11-30T12:00:44Z') }), {
+      old: true,
+    });
     expect(await w.reconciler.reconcile('ns/w', w.term())).toEqual({ requeueAfterMs: 45_000 });
   });
 });

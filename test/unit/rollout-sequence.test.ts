@@ -207,11 +207,17 @@ class World {
       const generation = (this.deployment?.metadata.generation ?? 0) + 1;
       this.deployment = {
         ...desired,
-        metadata: { ...desired.metadata, generation },
+        metadata: {
+          ...desired.metadata,
+          generation,
+          creationTimestamp: this.deployment?.metadata.creationTimestamp ?? now.toISOString(),
+        },
         status: this.deployment?.status ?? {},
       };
       this.syncDeploymentStatus(false);
     }
+    // A new JobWorker's first status may wait for it to turn Available (src/reconcile/status/first-status.ts).
+    if (plan.statusHeldMs !== undefined) return;
     this.status = plan.status;
     this.checkStatus();
   }

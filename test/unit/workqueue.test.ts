@@ -158,6 +158,31 @@ describe('WorkQueue', () => {
     expect(runs).toEqual([0, 5000]);
   });
 
+  it('a run’s result replaces the requeue an earlier run asked for: a later run that asks none cancels it', async () => {
+    const { timers, advance, pending } = fakeTimers();
+    const q = new WorkQueue({ concurrency: 1, timers });
+    const runs: number[] = [];
+    const results = [{ requeueAfterMs: 10_000 }, {}, { requeueAfterMs: 3000 }];
+    q.start(() => {
+      runs.push(timers.now());
+      return Promise.resolve(results.shift() ?? {});
+    });
+    q.add('k');
+    await q.idle();
+    advance(2000);
+    q.add('k'); // woken by news: this plan asks for no requeue
+    await q.idle();
+    expect(pending.size).toBe(0);
+    advance(10_000);
+    await q.idle();
+    expect(runs).toEqual([0, 2000]);
+    q.add('k'); // this one asks for 3 s: that is the one pending
+    await q.idle();
+    advance(3000);
+    await q.idle();
+    expect(runs).toEqual([0, 2000, 12_000, 15_000]);
+  });
+
   it('stop() waits for the keys in progress and takes no more', async () => {
     const q = new WorkQueue({ concurrency: 1 });
     let done = false;

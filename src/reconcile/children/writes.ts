@@ -3,7 +3,8 @@
 // the cohort's); `settle`, the ones still to make against what the watches
 // saw — an object already as desired is not written, a revision record
 // already this JobWorker's is not created, one another object left is
-// replaced, a status that shows nothing new is not written (../model/visible.ts)
+// replaced, a status that shows nothing new is not written (../model/visible.ts),
+// nor a new JobWorker's first one while it is held (../status/first-status.ts)
 // — and which events may go out
 // once which writes are made. The reconciler (src/controller/reconciler.ts)
 // carries the settled list out and decides nothing.
@@ -80,6 +81,8 @@ export interface PlannedWrites {
   /** sent whatever the status: about the spec as written, not a change the status carries */
   notices?: PlanEvent[];
   scaleDownHeld?: number;
+  /** a new JobWorker's first status, held (../status/first-status.ts): not written yet */
+  statusHeldMs?: number;
 }
 
 export interface Settled {
@@ -103,7 +106,7 @@ export function settle(
   const stable = writes.findIndex((w) => w.op === 'apply' && w.role === 'stable');
   // An event announcing the Deployment waits for its write; when there is none, it is already so.
   const deploymentDone = stable + 1;
-  const status = statusWrite(p.status, obs.raw, last);
+  const status = p.statusHeldMs === undefined ? statusWrite(p.status, obs.raw, last) : undefined;
   return {
     writes,
     ...(status && { status }),
