@@ -43,6 +43,19 @@ const ESTIMATED_BECAUSE: Record<string, string> = {
   Estimated: 'no worker has reported a delivery',
 };
 
+/** Why the phase may not be now's, if it may not. */
+function phaseNote(jw: JobWorkerView, operator?: OperatorWords): string {
+  if (operator?.silent)
+    return ' (as last written: no operator updates this status now, see Operator)';
+  const written = jw.status?.observedGeneration;
+  // src/reconcile/status/first-status.ts
+  if (written === undefined)
+    return " (no status yet: a new JobWorker's first is written once it is Available, or 10 s after its Deployment is created)";
+  if (written < (jw.metadata.generation ?? 0))
+    return ' (not yet observed: the operator has not seen the latest spec)';
+  return '';
+}
+
 export function statusLines(
   jw: JobWorkerView,
   now = new Date(),
@@ -51,7 +64,7 @@ export function statusLines(
   const st = jw.status ?? {};
   const lines = [
     `Name:        ${jw.metadata.namespace ? `${jw.metadata.namespace}/` : ''}${jw.metadata.name}`,
-    `Phase:       ${st.phase ?? 'Unknown'}${operator?.silent ? ' (as last written: no operator updates this status now, see Operator)' : (st.observedGeneration ?? 0) < (jw.metadata.generation ?? 0) ? ' (not yet observed: the operator has not seen the latest spec)' : ''}`,
+    `Phase:       ${st.phase ?? 'Unknown'}${phaseNote(jw, operator)}`,
     ...(operator ? [`Operator:    ${operator.line}`] : []),
     `Revision:    current ${st.currentRevision ?? '-'}, update ${st.updateRevision ?? '-'}${st.abortedRevision ? `, aborted ${st.abortedRevision}` : ''}`,
     `Replicas:    desired ${st.desiredReplicas ?? '-'}${st.resumeReplicas !== undefined ? ` (paused; ${st.resumeReplicas} on resume)` : ''}, ready ${st.readyReplicas ?? '-'}`,

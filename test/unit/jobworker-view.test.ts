@@ -32,6 +32,20 @@ describe('kubectl jobworker status: exit codes', () => {
   });
 });
 
+describe('kubectl jobworker status: a status not written yet', () => {
+  it('a new JobWorker without one says why, and one behind the spec says the operator has not seen it', () => {
+    const fresh = { metadata: { name: 'invoice-sender', namespace: 'billing', generation: 1 } };
+    expect(verdict(fresh)).toBe(3);
+    expect(statusLines(fresh)[1]).toBe(
+      "Phase:       Unknown (no status yet: a new JobWorker's first is written once it is Available, or 10 s after its Deployment is created)",
+    );
+    expect(statusLines(jw({ phase: 'Healthy' }, 2))[1]).toBe(
+      'Phase:       Healthy (not yet observed: the operator has not seen the latest spec)',
+    );
+    expect(statusLines(jw({ phase: 'Healthy' }))[1]).toBe('Phase:       Healthy');
+  });
+});
+
 describe('kubectl jobworker status: capacity', () => {
   it('says what one replica can do and where the figure comes from', () => {
     expect(
