@@ -3,7 +3,7 @@
 // first), its last quarantine read, when its pods' counters were read — in one record per JobWorker, so a deleted
 // JobWorker is forgotten by one delete. Lost on restart, and that is fine:
 // each part is rebuilt from the cluster and the queue within a few reconciles.
-import type { JobWorkerSpec } from '../api/jobworker.js';
+import type { JobWorkerSpec, JobWorkerStatus } from '../api/jobworker.js';
 import type { Parsed } from '../api/parse.js';
 import type { ScalingMemory } from '../reconcile/plan.js';
 import type { StatusMemory } from '../reconcile/children/index.js';
@@ -38,8 +38,8 @@ export interface JobWorkerMemory {
   spec?: ParsedSpec;
   /** what the last plan was made from (./unchanged.ts): a reconcile that finds the same makes none */
   planned?: PlannedFrom;
-  /** when a plan first held its first status (ms; src/reconcile/status/first-status.ts): held at most that long after */
-  firstStatusHeldAt?: number;
+  /** its first status, held (src/reconcile/status/first-status.ts): since when (ms; held at most that long after), and the last one planned */
+  firstStatusHeld?: { at: number; status: JobWorkerStatus };
 }
 
 export interface ParsedSpec {

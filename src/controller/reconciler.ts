@@ -26,7 +26,7 @@ import {
 } from '../reconcile/plan.js';
 import { DELETION_COST } from '../reconcile/scaling/index.js';
 import { BROKER_REASONS } from '../reconcile/broker/index.js';
-import { workersAskEveryMs, workersShortSince } from '../reconcile/status/index.js';
+import { planFromHeld, workersAskEveryMs, workersShortSince } from '../reconcile/status/index.js';
 import type { BrokerSettingsReader } from '../signals/broker-settings.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
 import { podsToAsk } from '../signals/worker-readiness.js';
@@ -166,18 +166,17 @@ export class JobWorkerReconciler {
   private async plan(obs: Observation, memory: JobWorkerMemory): Promise<Plan> {
     this.d.counts?.planned?.();
     let asked = false;
+    const held = memory.firstStatusHeld;
     const p = await planToCompletionAsync(
       {
-        obs,
+        obs: planFromHeld(obs, held?.status),
         memory: memory.scaling,
         deprecationWarned: memory.deprecationWarned,
         now: this.now(),
         pollMs: this.pollMs,
         brokerSettingsReadMs: this.d.brokerSettingsReadMs,
         ...(this.d.operatorLease && { operatorLease: this.d.operatorLease }),
-        ...(memory.firstStatusHeldAt !== undefined && {
-          firstStatusHeldAt: memory.firstStatusHeldAt,
-        }),
+        ...(held && { firstStatusHeldAt: held.at }),
       },
       (need, answers) => {
         if (need.kind === 'workers') {
@@ -194,7 +193,9 @@ export class JobWorkerReconciler {
     if (!asked) memory.workers = undefined;
     if (p.memory) memory.scaling = p.memory;
     if (p.deprecationWarned !== undefined) memory.deprecationWarned = p.deprecationWarned;
-    if (p.statusHeldMs !== undefined) memory.firstStatusHeldAt ??= this.now().getTime();
+    if (p.statusHeldMs !== undefined)
+      memory.firstStatusHeld = { at: held?.at ?? this.now().getTime(), status: p.status };
+    else if (obs.raw.status) memory.firstStatusHeld = undefined;
     return p;
   }
 

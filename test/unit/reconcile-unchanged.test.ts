@@ -116,6 +116,30 @@ describe('a reconcile with nothing new', () => {
     expect(w.statusWrites).toHaveLength(1);
   });
 
+  it('a spec edited while its first status is held: the next revision is numbered after the held one, and written at once', async () => {
+    const w = setUp();
+    const cache = w.term();
+    await w.reconciler.reconcile('ns/w', cache);
+    expect(w.statusWrites).toHaveLength(0);
+    w.later(2000);
+    w.edit({ image: 'r/w:2' });
+    expect(await w.reconciler.reconcile('ns/w', cache)).not.toMatchObject({
+      requeueAfterMs: FIRST_STATUS_HOLD_MS - 2000,
+    });
+    expect(w.statusWrites).toHaveLength(1);
+    const status = w.statusWrites[0]?.status as {
+      observedGeneration: number;
+      updateRevision: string;
+      history: Array<{ revision: string; image: string }>;
+    };
+    expect(status.observedGeneration).toBe(2);
+    expect(status.history.map((h) => [h.revision, h.image])).toEqual([
+      ['1', 'r/w:1'],
+      ['2', 'r/w:2'],
+    ]);
+    expect(status.updateRevision).toBe('2');
+  });
+
   it('a child’s new version plans again, without validating the unchanged spec', async () => {
     const w = setUp();
     const cache = w.term();

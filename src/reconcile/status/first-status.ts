@@ -7,7 +7,9 @@
 // operator). What is held is only "creating, nothing wrong": a problem, a
 // pause, a blocked rollout or a fault is written at once, and so is any
 // status once one has been written. Until then `kubectl get jw` shows a blank
-// phase (docs/runbook.md, "What each JobWorker costs").
+// phase (docs/runbook.md, "What each JobWorker costs"). A status is also
+// the revision history: a spec changed while the first is held is planned
+// from the held one (planFromHeld), so its revision is numbered after it.
 import type { JobWorkerStatus } from '../../api/jobworker.js';
 import type { Observation } from '../model/index.js';
 
@@ -40,4 +42,20 @@ export function firstStatusHoldMs(
   );
   const left = holdMs - (now.getTime() - since);
   return left > 0 ? left : undefined;
+}
+
+/**
+ * What a plan reads as the status written: the server's, or, once the spec
+ * has moved past the generation of a held first status (edited within the
+ * hold), the held one, whose revision history the next revision is
+ * numbered after. That plan then writes at once: it is not a first status.
+ */
+export function planFromHeld<O extends Pick<Observation, 'raw'>>(
+  obs: O,
+  held: JobWorkerStatus | undefined,
+): O {
+  const written = (obs.raw.status as JobWorkerStatus | undefined)?.observedGeneration;
+  if (!held || written !== undefined || held.observedGeneration === obs.raw.metadata.generation)
+    return obs;
+  return { ...obs, raw: { ...obs.raw, status: held } };
 }

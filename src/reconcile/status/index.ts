@@ -2,7 +2,7 @@
 // the worker pods say of themselves.
 // The folder's only door: code outside it imports from here.
 export { computeStatus, deadLetterDueInMs, duration, observeDeployment } from './status.js';
-export { FIRST_STATUS_HOLD_MS, firstStatusHoldMs } from './first-status.js';
+export { FIRST_STATUS_HOLD_MS, firstStatusHoldMs, planFromHeld } from './first-status.js';
 export {
   parseWorkerWords,
   type WorkerReport,
