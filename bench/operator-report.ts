@@ -80,9 +80,10 @@ says how progressive the control plane itself is with this many objects at once.
 
 ${FINDING}
 
-Writes per JobWorker: the Deployment, Service and PDB applies, the revision's ControllerRevision, two status writes
-(one when the children are created, already describing the Deployment rolling out; one when the JobWorker is Available)
-and the Created event. The floor makes the user's own writes (the JobWorker) and the least a controller that reports
+Writes per JobWorker: the Deployment, Service and PDB applies, the revision's ControllerRevision, one or two status
+writes and the Created event. The first status waits up to 10 s from the Deployment's creation for the JobWorker to turn
+Available (src/reconcile/status/first-status.ts): one that does gets one write, already Healthy; one that does not gets
+its first (Progressing) then, and its Healthy one when it is Available. The floor makes the user's own writes (the JobWorker) and the least a controller that reports
 anything makes (the same children and record, one status write), so the CPU ratio is what the operator adds beyond that.
 Steady state: a reconcile that finds the same spec generation, the same children and the same quarantine read plans
 nothing (\`jobfleet_reconcile_unchanged_total\`), the operator's own status writes wake nothing, and applies and status
@@ -111,7 +112,11 @@ profile (the stacks' request handler and resource; \`go tool pprof -traces\`, gr
 The status writes are the one steady cause: the operator writes two per JobWorker against the floor's one, and each
 of its writes costs the apiserver about 6 ms of CPU (5.9–6.7 ms in the profiles) against 2–3 ms for the floor's (\`{observedGeneration, phase}\`):
 a custom resource's status write runs the whole object through its schema and managed fields, and the operator's
-status carries every condition with its message. The next cut is there (a smaller first status, not fewer writes).
+status carries every condition with its message. Measured since, shape by shape on one control plane (2026-12-07,
+\`make bench BENCH=status-writes\`, its section below): the operator's first status, its Healthy one on top of it and
+a lone Healthy one each cost about twice the floor's \`{observedGeneration, phase}\`. So a new JobWorker's first status
+now waits up to 10 s for it to turn Available, and one that does gets a single write: the runs above, where every
+JobWorker got one (the runs before it, same day: 2.00–2.02 writes, CPU ratio 1.32–1.49).
 Reads cost nothing (the operator reads from its watches). The rest moves with the run: the Go GC and etcd
 follow all the work, and "the controllers' own updates" are the same requests in both (the floor's control plane did
 more of them in run 3, fewer in run 1). The floor itself moves most: its control plane used 90 s, 102 s and 135 s of

@@ -16,6 +16,7 @@ import {
   runScalingSim,
 } from './scaling-sim.js';
 import { renderClaimSection, runClaimBench } from './claim-latency.js';
+import { renderStatusWriteSection, runStatusWriteBench } from './status-write-cost.js';
 import { renderWorkerSection } from './worker-report.js';
 import { runWorkerBench, workerBenchOptions } from './worker-throughput.js';
 
@@ -61,6 +62,14 @@ if (!only || only === 'operator') {
     rs.push(r);
   }
   writeSection('operator', renderOperatorSection(rs, process.argv.slice(2)));
+}
+if (!only || only === 'status-writes') {
+  const r = await runStatusWriteBench({ count: 300, rounds: 3 });
+  writeSection(
+    'status-writes',
+    `${header('Operator: what one JobWorker status write costs the control plane', 'make bench BENCH=status-writes')}
+${renderStatusWriteSection(r)}`,
+  );
 }
 if (!only || only === 'steady') {
   // Scaling active at steady state: 100 JobWorkers reading the real RabbitMQ's management API
