@@ -114,9 +114,11 @@ of its writes costs the apiserver about 6 ms of CPU (5.9–6.7 ms in the profile
 a custom resource's status write runs the whole object through its schema and managed fields, and the operator's
 status carries every condition with its message. Measured since, shape by shape on one control plane (2026-12-07,
 \`make bench BENCH=status-writes\`, its section below): the operator's first status, its Healthy one on top of it and
-a lone Healthy one each cost about twice the floor's \`{observedGeneration, phase}\`. So a new JobWorker's first status
-now waits up to 10 s for it to turn Available, and one that does gets a single write: the runs above, where every
-JobWorker got one (the runs before it, same day: 2.00–2.02 writes, CPU ratio 1.32–1.49).
+a lone Healthy one cost 1.84, 2.28 and 1.68 times the floor's \`{observedGeneration, phase}\` (medians of 3 rounds). So a new
+JobWorker's first status now waits up to 10 s for it to turn Available, and one that does gets a single write: in the
+runs above every JobWorker got one, and the CPU ratio was 1.22, 1.32, 1.17 with operator CPU 8.0–9.4 ms per JobWorker
+and a steady 0.45 ms per JobWorker per minute (the three runs before it, same day: 2.00–2.02 writes, CPU ratio 1.49,
+1.32, 1.43, operator CPU 11.7–13.0 ms, steady 0.66 ms).
 Reads cost nothing (the operator reads from its watches). The rest moves with the run: the Go GC and etcd
 follow all the work, and "the controllers' own updates" are the same requests in both (the floor's control plane did
 more of them in run 3, fewer in run 1). The floor itself moves most: its control plane used 90 s, 102 s and 135 s of
