@@ -25,6 +25,7 @@ function setUp(deadLetters?: () => DeadLetterStats, opts: { old?: boolean } = {}
   };
   let deleted = false;
   const statusWrites: KubeObject[] = [];
+  const applied: KubeObject[] = [];
   const client = {
     find: (_apiVersion: string, kind: string, _ns: string, name: string) =>
       Promise.resolve(
@@ -43,6 +44,7 @@ function setUp(deadLetters?: () => DeadLetterStats, opts: { old?: boolean } = {}
         };
         return Promise.resolve(jobWorker);
       }
+      applied.push(obj);
       return Promise.resolve({ ...obj, metadata: { ...obj.metadata, resourceVersion: '1' } });
     },
     create: (obj: KubeObject) => Promise.resolve(obj),
@@ -55,22 +57,29 @@ function setUp(deadLetters?: () => DeadLetterStats, opts: { old?: boolean } = {}
   });
   const counts = { specParsed: 0, planned: 0 };
   const metrics = operatorMetrics();
-  const reconciler = new JobWorkerReconciler({
-    client,
-    events: { emit: () => Promise.resolve() } as unknown as EventRecorder,
-    metrics,
-    log: pino({ level: 'silent' }),
-    now: () => new Date(now),
-    ...(deadLetters && {
-      deadLetters: { read: () => Promise.resolve(deadLetters()) } as unknown as DeadLetterReader,
-    }),
-    counts: { specParsed: () => counts.specParsed++, planned: () => counts.planned++ },
-  });
+  const make = () =>
+    new JobWorkerReconciler({
+      client,
+      events: { emit: () => Promise.resolve() } as unknown as EventRecorder,
+      metrics,
+      log: pino({ level: 'silent' }),
+      now: () => new Date(now),
+      ...(deadLetters && {
+        deadLetters: { read: () => Promise.resolve(deadLetters()) } as unknown as DeadLetterReader,
+      }),
+      counts: { specParsed: () => counts.specParsed++, planned: () => counts.planned++ },
+    });
+  let reconciler = make();
   const unchanged = async () =>
     (await metrics.registry.getSingleMetric('jobfleet_reconcile_unchanged_total')?.get())?.values[0]
       ?.value ?? 0;
   return {
-    reconciler,
+    get reconciler() {
+      return reconciler;
+    },
+    /** a new operator process: nothing remembered */
+    restart: () => (reconciler = make()),
+    applied,
     counts,
     statusWrites,
     term,
@@ -133,6 +142,30 @@ describe('a reconcile with nothing new', () => {
       history: Array<{ revision: string; image: string }>;
     };
     expect(status.observedGeneration).toBe(2);
+    expect(status.history.map((h) => [h.revision, h.image])).toEqual([
+      ['1', 'r/w:1'],
+      ['2', 'r/w:2'],
+    ]);
+    expect(status.updateRevision).toBe('2');
+  });
+
+  it('after a restart, a spec edited before any status was written is numbered after the revision its Deployment runs', async () => {
+    const w = setUp();
+    await w.reconciler.reconcile('ns/w', w.term());
+    expect(w.statusWrites).toHaveLength(0);
+    const d = w.applied.find((o) => o.kind === 'Deployment')!;
+    w.deployments.set('w', {
+      ...d,
+      metadata: { ...d.metadata, resourceVersion: '5', creationTimestamp: '2026-12-01T12:00:00Z' },
+    });
+    w.restart();
+    w.edit({ image: 'r/w:2' });
+    w.later(FIRST_STATUS_HOLD_MS);
+    await w.reconciler.reconcile('ns/w', w.term());
+    const status = w.statusWrites.at(-1)?.status as {
+      updateRevision: string;
+      history: Array<{ revision: string; image: string }>;
+    };
     expect(status.history.map((h) => [h.revision, h.image])).toEqual([
       ['1', 'r/w:1'],
       ['2', 'r/w:2'],

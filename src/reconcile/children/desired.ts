@@ -324,6 +324,43 @@ export const revisionOf = (d: KubeObject | undefined): string | undefined =>
   (d?.spec as { template?: { metadata?: { labels?: Record<string, string> } } } | undefined)
     ?.template?.metadata?.labels?.[LABEL_REVISION];
 
+/**
+ * The history entry of the revision our Deployment runs, read back from it
+ * (its revision label, template and contract hashes, image and contract), for
+ * a plan whose JobWorker has no status yet to hold its history: a new
+ * JobWorker's first status is held (../status/first-status.ts), or an operator
+ * stopped before writing it. An edit is then numbered after this revision,
+ * not as revision 1 again. Undefined for a Deployment that does not carry it all.
+ */
+export function deployedRevision(deployment: KubeObject | undefined): HistoryEntryRead | undefined {
+  const revision = revisionOf(deployment);
+  const contract = deployedContract(deployment);
+  const template = (deployment?.spec as { template?: PodTemplateRead } | undefined)?.template;
+  const templateHash = deployment?.metadata.annotations?.[ANNOTATION_TEMPLATE_HASH];
+  const contractHash = template?.metadata?.annotations?.[ANNOTATION_CONTRACT_HASH];
+  const image = template?.spec?.containers?.find((c) => c.name === WORKER_CONTAINER)?.image;
+  const created = deployment?.metadata.creationTimestamp;
+  if (!revision || !contract || !templateHash || !contractHash || !image || !created)
+    return undefined;
+  return { revision, image, contractHash, templateHash, ...contract, deployedAt: created };
+}
+
+interface PodTemplateRead {
+  metadata?: { annotations?: Record<string, string> };
+  spec?: { containers?: Array<{ name?: string; image?: string }> };
+}
+
+/** A revision's entry in status.history, as read back from its Deployment. */
+export interface HistoryEntryRead {
+  revision: string;
+  image: string;
+  contractHash: string;
+  templateHash: string;
+  keyRule: string;
+  schemaVersions: number[];
+  deployedAt: string;
+}
+
 export function deployedContract(
   deployment: { [k: string]: unknown } | undefined,
 ): { keyRule: string; schemaVersions: number[] } | undefined {

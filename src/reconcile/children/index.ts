@@ -8,6 +8,7 @@ export {
   CONTRACT_ENV,
   contractHash,
   deployedContract,
+  deployedRevision,
   desiredCohortDeployment,
   desiredDeployment,
   desiredMetricsService,

@@ -21,6 +21,7 @@ import {
   revisionRecordName,
   contractHash,
   deployedContract,
+  deployedRevision,
   templateHash,
   managerOf,
 } from '../children/index.js';
@@ -243,8 +244,11 @@ interface Revisions {
 function revisionsPhase(i: RolloutInput): Revisions {
   const { raw, spec, previous } = i;
   const jw = { ...raw, spec } as unknown as Parameters<typeof templateHash>[0];
+  // No status yet (a new JobWorker's first is held, or an operator stopped before writing
+  // it): the revision its Deployment runs is the history an edit is numbered after.
+  const seeded = previous?.history ?? [deployedRevision(i.deployment)].filter((h) => !!h);
   const assigned = assignRevision(
-    previous?.history ?? [],
+    seeded,
     {
       templateHash: templateHash(jw),
       image: spec.image,

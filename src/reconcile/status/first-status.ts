@@ -9,7 +9,9 @@
 // status once one has been written. Until then `kubectl get jw` shows a blank
 // phase (docs/runbook.md, "What each JobWorker costs"). A status is also
 // the revision history: a spec changed while the first is held is planned
-// from the held one (planFromHeld), so its revision is numbered after it.
+// from the held one (planFromHeld), so its revision is numbered after it;
+// after a restart, which forgets the held one, from the revision its
+// Deployment runs (../children: deployedRevision).
 import type { JobWorkerStatus } from '../../api/jobworker.js';
 import type { Observation } from '../model/index.js';
 
