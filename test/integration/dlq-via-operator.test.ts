@@ -106,7 +106,14 @@ describe('kubectl jobworker dlq with the apiserver as the only route (dev ground
       );
     type Jw = KubeObject & { status?: Record<string, any> };
     const jw = () => client.get<Jw>('jobfleet.dev/v1alpha1', 'JobWorker', NS, 'order-shipper');
-    await jobWorker([{ name: 'CARRIER_REJECT_EVERY', value: '1' }]);
+    // helm returns once the CRDs are Established; the first apply still met a 404 once (the
+    // JobWorker resource or the new namespace not yet served): applied again until it lands
+    await eventually(
+      'the JobWorker applied',
+      () => jobWorker([{ name: 'CARRIER_REJECT_EVERY', value: '1' }]).then(() => true),
+      30_000,
+      500,
+    );
     await eventually(
       'revision 1 ready',
       async () => ((await jw()).status?.readyReplicas >= 1 ? true : undefined),
