@@ -2,6 +2,7 @@
 // lines and an exit code out.
 import type { Condition, JobWorkerStatus, RevisionFigures } from '../api/jobworker.js';
 import { latencyWords } from '../reconcile/cohort/index.js';
+import { FIRST_STATUS_HOLD_MS } from '../reconcile/status/index.js';
 import type { OperatorWords } from './operator-lease.js';
 
 export interface JobWorkerView {
@@ -48,9 +49,8 @@ function phaseNote(jw: JobWorkerView, operator?: OperatorWords): string {
   if (operator?.silent)
     return ' (as last written: no operator updates this status now, see Operator)';
   const written = jw.status?.observedGeneration;
-  // src/reconcile/status/first-status.ts
   if (written === undefined)
-    return " (no status yet: a new JobWorker's first is written once it is Available, or 10 s after its Deployment is created)";
+    return ` (no status yet: a new JobWorker's first is written once it is Available, or ${FIRST_STATUS_HOLD_MS / 1000} s after its Deployment is created)`;
   if (written < (jw.metadata.generation ?? 0))
     return ' (not yet observed: the operator has not seen the latest spec)';
   return '';

@@ -1,8 +1,9 @@
 // What this process keeps of each JobWorker between reconciles — the
-// scaler's window, the status it last wrote (or since when it holds the
-// first), its last quarantine read, when its pods' counters were read — in one record per JobWorker, so a deleted
-// JobWorker is forgotten by one delete. Lost on restart, and that is fine:
-// each part is rebuilt from the cluster and the queue within a few reconciles.
+// scaler's window, the status it last wrote (or holds back), its last
+// quarantine read, when its pods' counters were read — in one record per
+// JobWorker, so a deleted JobWorker is forgotten by one delete. Lost on
+// restart, and that is fine: each part is rebuilt from the cluster and the
+// queue within a few reconciles.
 import type { JobWorkerSpec, JobWorkerStatus } from '../api/jobworker.js';
 import type { Parsed } from '../api/parse.js';
 import type { ScalingMemory } from '../reconcile/plan.js';
