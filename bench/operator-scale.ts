@@ -171,7 +171,7 @@ async function firstTimes(
 }
 
 /** CPU seconds so far of each of a control plane's processes, by name (kube-apiserver, etcd, …). */
-function planeCpu(pids: number[]): Record<string, number> {
+export function planeCpu(pids: number[]): Record<string, number> {
   const out: Record<string, number> = {};
   for (const pid of pids) {
     const name = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
@@ -223,7 +223,7 @@ function chartEnv(): Record<string, string> {
 }
 
 /** The example's JobWorker spec, without its management URL (nothing polls RabbitMQ). */
-function exampleSpec(): { broker: Record<string, unknown> } & Record<string, unknown> {
+export function exampleSpec(): { broker: Record<string, unknown> } & Record<string, unknown> {
   const example = parse(readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8')) as {
     spec: { broker: Record<string, unknown> } & Record<string, unknown>;
   };

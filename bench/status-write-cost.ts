@@ -8,15 +8,12 @@
 // (`{observedGeneration, phase}`) is the baseline. Rounds alternate the
 // order of the shapes, so a shape is not always the one after another.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import path from 'node:path';
-import { parse } from 'yaml';
 import { API_VERSION, KIND, type JobWorkerStatus } from '../src/api/jobworker.js';
 import { KubeClient } from '../src/kube/client.js';
 import { freePort, repoRoot, startControlPlane } from '../test/ground/control-plane.js';
 import { compiled } from '../test/ground/compiled.js';
 import { installCrds } from '../test/ground/kube.js';
-import { processCpuSeconds } from './peers/server-cpu.js';
+import { exampleSpec, planeCpu } from './operator-scale.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -42,12 +39,8 @@ export async function runStatusWriteBench(opts: {
 }): Promise<StatusWriteBench> {
   const plane = await startControlPlane({ beforeControllers: installCrds });
   const cpu = () => {
-    let s = 0;
-    for (const pid of plane.pids) {
-      const name = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
-      if (name === 'kube-apiserver' || name === 'etcd') s += processCpuSeconds(pid);
-    }
-    return s;
+    const by = planeCpu(plane.pids);
+    return (by['kube-apiserver'] ?? 0) + (by.etcd ?? 0);
   };
   const client = KubeClient.fromFile(plane.kubeconfigPath);
   const namespace = 'bench';
@@ -125,15 +118,6 @@ export async function runStatusWriteBench(opts: {
   } finally {
     await plane.stop();
   }
-}
-
-/** The example's spec without its management URL, as the operator bench creates it. */
-function exampleSpec(): Record<string, unknown> {
-  const example = parse(readFileSync(path.join(repoRoot, 'examples/jobworker.yaml'), 'utf8')) as {
-    spec: { broker: Record<string, unknown> } & Record<string, unknown>;
-  };
-  delete example.spec.broker.managementUrlSecretRef;
-  return example.spec;
 }
 
 /**
