@@ -1,7 +1,8 @@
 // The layers of jobfleet, bottom to top; each imports only downward
 // (docs/architecture.md draws them from this file: make docs-diagram).
 //
-//   worker/          the worker runtime, and the contract it shares with the operator
+//   worker/          the worker runtime, and the contract it shares with the operator;
+//                    worker/in-doubt/ (in-doubt runs) below the delivery, entered by its index
 //   src/api/         the custom resources' types and schemas, the reasons catalog
 //   src/reconcile/   pure decisions, no I/O: model/ below children/, scaling/,
 //                    cohort/, rollout/, status/, broker/; plan.ts composes them
@@ -43,6 +44,18 @@ module.exports = {
       'worker/ is the library user images run: it cannot depend on the operator.',
       { path: '^worker/' },
       { path: '^src/' },
+    ),
+    forbid(
+      'worker-rooms-open-by-their-index',
+      'A room of worker/ (worker/in-doubt/) is entered through its index.ts, its only door.',
+      { path: '^(src/|worker/(?!in-doubt/))' },
+      { path: '^worker/in-doubt/(?!index[.]ts$)' },
+    ),
+    forbid(
+      'in-doubt-stands-below-the-delivery',
+      'worker/in-doubt/ decides and records in-doubt runs: the delivery, the worker and the claim store call it, never the other way (it may read worker/storable.ts).',
+      { path: '^worker/in-doubt/' },
+      { path: '^(src/|worker/(?!in-doubt/|storable[.]ts$))' },
     ),
     forbid(
       'api-imports-only-the-worker-contract',

@@ -11,6 +11,7 @@ import { GroupCommit, type GroupCommitOptions } from './group-commit.js';
 import { numberArray, textArray } from './pg-arrays.js';
 import { storableJson } from './storable.js';
 import { isMessageDataError } from './store-errors.js';
+import { readHistory, type AttemptHistory, type RunRecordStore } from './in-doubt/index.js';
 
 export type ClaimOutcome =
   | {
@@ -21,6 +22,8 @@ export type ClaimOutcome =
       throttled: number;
       lastError: string | null;
       firstSeenAt: Date;
+      /** what earlier attempts of this key left: ctx.previous, an undecided doubt, recorded steps */
+      history: AttemptHistory;
     }
   | { outcome: 'completed'; result: unknown; attempts: number }
   | { outcome: 'dead_lettered'; attempts: number }
@@ -66,6 +69,8 @@ interface ClaimRow {
   result: unknown;
   wait_until: Date | null;
   first_seen_at: Date;
+  /** a retried or taken-over claim's history (migration 9) */
+  attempt: unknown;
 }
 
 /** A row of the group-commit statement's answer; `key` is null on the 'now' row only. */
@@ -152,6 +157,9 @@ interface Completion {
 type Op = { claim: ClaimRequest } | { complete: Completion } | { journal: readonly AckEntry[] };
 type OpResult = ClaimOutcome | boolean;
 
+/** A new key has no history: one shared value, not one per claim. */
+const NO_HISTORY: AttemptHistory = Object.freeze({ steps: Object.freeze({}) });
+
 /**
  * Defaults for group commit: room for two prefetch-64 bursts; one statement
  * in flight, so that under load each carries all that piled up meanwhile
@@ -163,7 +171,7 @@ export const GROUP_COMMIT: GroupCommitOptions = { maxBatch: 256, maxInFlight: 1 
 const isRetryable = (err: unknown) =>
   ['40P01', '40001'].includes((err as { code?: unknown } | null)?.code as string);
 
-export class ClaimStore {
+export class ClaimStore implements RunRecordStore {
   private readonly ops: GroupCommit<Op, OpResult>;
 
   constructor(
@@ -281,6 +289,7 @@ export class ClaimStore {
           throttled: 0,
           lastError: null,
           firstSeenAt: now as Date,
+          history: NO_HISTORY,
         };
       if (row.outcome !== 'unseen') return outcomeOf(owner, row);
       reads = true;
@@ -388,6 +397,35 @@ export class ClaimStore {
     return ((await this.pool.query(named('releaseForDrain', [key, owner]))).rowCount ?? 0) === 1;
   }
 
+  /** Gives the claim back marked in doubt (`how`: why); the next attempt decides it first. */
+  async releaseInDoubt(
+    key: string,
+    owner: string,
+    delaySeconds: number,
+    error: string,
+    how: 'in_doubt_thrown' | 'timed_out' | 'reconcile_unknown',
+  ): Promise<boolean> {
+    const q = named('releaseInDoubt', [key, owner, delaySeconds, error, how]);
+    return ((await this.pool.query(q)).rowCount ?? 0) === 1;
+  }
+
+  /** ctx.intend: the intent (JSON text) recorded and the lease extended; false when fenced out. */
+  async intend(key: string, owner: string, intent: string, leaseSeconds: number): Promise<boolean> {
+    const q = named('intend', [key, owner, intent, leaseSeconds]);
+    return ((await this.pool.query(q)).rowCount ?? 0) === 1;
+  }
+
+  /** ctx.step: a step's result (JSON text) recorded; false when fenced out. */
+  async recordStep(key: string, owner: string, name: string, result: string): Promise<boolean> {
+    const q = named('recordStep', [key, owner, name, result]);
+    return ((await this.pool.query(q)).rowCount ?? 0) === 1;
+  }
+
+  /** The doubt decided (not done, or re-run): the handler may run. False when fenced out. */
+  async clearDoubt(key: string, owner: string): Promise<boolean> {
+    return ((await this.pool.query(named('clearDoubt', [key, owner]))).rowCount ?? 0) === 1;
+  }
+
   async recordDeadLetter(d: DeadLetterRecord): Promise<{ recorded: boolean }> {
     const { rows } = await this.pool.query<{ id: string | null }>(
       named('deadLetter', [
@@ -466,6 +504,7 @@ function outcomeOf(owner: string, row: ClaimRow): ClaimOutcome {
         throttled: row.throttled ?? 0,
         lastError: row.last_error,
         firstSeenAt: row.first_seen_at,
+        history: row.attempt == null ? NO_HISTORY : readHistory(row.attempt),
       };
     case 'completed':
       return { outcome: 'completed', result: row.result, attempts: row.attempts };

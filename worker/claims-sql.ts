@@ -354,6 +354,115 @@ end
 $fn$;
 `,
   },
+  {
+    version: 9,
+    sql: `
+-- In-doubt runs (docs/in-doubt.md). A claim row keeps what the next attempt
+-- must know of the one before it:
+--   claimed_at  when the current owner claimed it (its attempt's start);
+--   intent      what the current attempt said it is about to do (ctx.intend,
+--               or the step it is in), written before the call, fenced by owner;
+--   ended       how the last finished attempt ended: failed, throttled, in_doubt;
+--   previous    the attempt before the current one, as ctx.previous shows it;
+--   doubt       the attempt whose outcome is unknown and not yet decided: set
+--               when a running claim is taken over (its owner died mid-run),
+--               or when a run ends in doubt (InDoubt, a timeout, a drain);
+--               cleared once reconcile or the policy lets the handler run;
+--   steps       the recorded results of ctx.step, by step name.
+-- All nullable and without defaults: adding them rewrites nothing, and
+-- workers of earlier versions, which never write them, go on.
+alter table jobfleet_claims
+  add column claimed_at timestamptz,
+  add column intent     jsonb,
+  add column ended      text,
+  add column previous   jsonb,
+  add column doubt      jsonb,
+  add column steps      jsonb;
+
+-- jobfleet_commit_attempts: jobfleet_commit (migration 8: same parameters,
+-- same locking order, same answers) that also keeps the attempts' history
+-- above. A claim of a key that ran before (retry, takeover) answers one more
+-- column, attempt: {previous, doubt, steps}. A new claim answers nothing, as
+-- before, and its insert only adds claimed_at.
+create function jobfleet_commit_attempts(
+  text[], uuid[], text[], text[], float8, text[], uuid[], jsonb[],
+  text[], text[], text[], text[], integer[], float8[]
+) returns table (key text, outcome text, attempts integer, throttled integer, last_error text,
+                 result jsonb, wait_until timestamptz, first_seen_at timestamptz, attempt jsonb)
+language plpgsql set enable_seqscan = off set plan_cache_mode = force_generic_plan as $fn$
+#variable_conflict use_column
+begin
+  insert into jobfleet_acks (delivery_id, job_id, key, outcome, attempt, acked_at)
+  select d, j, k, o, a, to_timestamp(t / 1000.0)
+  from unnest($9, $10, $11, $12, $13, $14) as x(d, j, k, o, a, t);
+  return query
+    with done as (
+      update jobfleet_claims c
+      set state = 'completed', result = x.result, lease_until = null, completed_at = now(), updated_at = now()
+      from (select * from unnest($6::text[], $7::uuid[], $8::jsonb[]) as u(key, owner, result) order by key) x
+      where c.key = x.key and c.owner = x.owner and c.state = 'running'
+      returning c.key
+    ), input as (
+      select * from unnest($1::text[], $2::uuid[], $3::text[], $4::text[]) as i(key, owner, job_id, type)
+    ), claimed as (
+      insert into jobfleet_claims as c
+        (key, state, owner, lease_until, attempts, last_claim, job_id, type, claimed_at)
+      select key, 'running', owner, now() + make_interval(secs => $5), 1, 'new', job_id, type, now()
+      from input order by key
+      on conflict (key) do update set
+        state       = 'running',
+        owner       = excluded.owner,
+        lease_until = excluded.lease_until,
+        retry_at    = null,
+        attempts    = c.attempts + 1,
+        takeovers   = c.takeovers + (c.state = 'running')::int,
+        last_claim  = case when c.state = 'running' then 'takeover' else 'retry' end,
+        job_id      = excluded.job_id,
+        type        = excluded.type,
+        updated_at  = now(),
+        claimed_at  = now(),
+        intent      = null,
+        ended       = null,
+        previous    = jsonb_build_object(
+                        'attempt', c.attempts, 'owner', c.owner, 'startedAt', c.claimed_at,
+                        'intent', c.intent, 'error', c.last_error,
+                        'ended', case when c.state = 'running' then 'in_doubt' else c.ended end),
+        -- a running claim taken over: its owner died mid-run. Unless it was
+        -- only deciding an earlier doubt (still set), that run is the doubt now.
+        doubt       = case when c.state = 'running'
+                        then coalesce(c.doubt, jsonb_build_object(
+                          'attempt', c.attempts, 'owner', c.owner, 'startedAt', c.claimed_at,
+                          'intent', c.intent, 'how', 'taken_over'))
+                        else c.doubt end
+      where (c.state = 'released' and (c.retry_at is null or c.retry_at <= now()))
+         or (c.state = 'running' and c.lease_until < now())
+      returning c.key, c.last_claim as outcome, c.attempts, c.throttled, c.last_error,
+                null::jsonb as result, null::timestamptz as wait_until, c.first_seen_at,
+                jsonb_strip_nulls(jsonb_build_object('previous', c.previous, 'doubt', c.doubt, 'steps', c.steps)) as attempt
+    )
+    select null::text, 'now', null::int, null::int, null::text, null::jsonb, null::timestamptz, now(), null::jsonb
+    union all
+    select k, 'fenced', null, null, null, null, null, null, null
+    from unnest($6::text[]) as f(k)
+    where not exists (select 1 from done where done.key = f.k)
+    union all
+    select * from claimed where outcome <> 'new'
+    union all
+    select i.key,
+           case c.state when 'completed' then 'completed'
+                        when 'dead_lettered' then 'dead_lettered'
+                        when 'released' then 'not_due'
+                        when 'running' then 'held'
+                        else 'unseen' end,
+           c.attempts, c.throttled, c.last_error, c.result,
+           case c.state when 'released' then c.retry_at when 'running' then c.lease_until end,
+           c.first_seen_at, null::jsonb
+    from input i left join jobfleet_claims c on c.key = i.key
+    where not exists (select 1 from claimed x where x.key = i.key);
+end
+$fn$;
+`,
+  },
 ];
 
 export const LOCK_ID = 0x6a6f62666c; // "jobfl": serialises migrations across workers
@@ -367,9 +476,9 @@ export const SQL = {
   /**
    * One group-commit statement: claims ($1..$5), completions ($6..$8) and the
    * ack journal's rows ($9..$14) together; answers only what the worker
-   * cannot infer (migration 8).
+   * cannot infer (migration 8), and a retried or taken-over claim's history (migration 9).
    */
-  commit: `select * from jobfleet_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+  commit: `select * from jobfleet_commit_attempts($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 
   /** $1 keys, $2 owners, $3 lease seconds: the lease keeper's one statement per tick; returns the keys still held. */
   renewBatch: `select * from jobfleet_renew_batch($1, $2, $3)`,
@@ -389,7 +498,7 @@ export const SQL = {
   /** $1 key, $2 owner, $3 seconds until the retry may run, $4 error. */
   releaseForRetry: `update jobfleet_claims
                     set state = 'released', lease_until = null, retry_at = now() + make_interval(secs => $3),
-                        last_error = $4, updated_at = now()
+                        last_error = $4, ended = 'failed', updated_at = now()
                     where key = $1 and owner = $2 and state = 'running'`,
 
   /**
@@ -409,7 +518,7 @@ with cur as (
   update jobfleet_claims c
   set state = 'released', lease_until = null, retry_at = now() + make_interval(secs => $3),
       last_error = $4, attempts = greatest(c.attempts - 1, 0), throttled = c.throttled + 1,
-      updated_at = now()
+      ended = 'throttled', updated_at = now()
   from cur where c.key = cur.key and cur.throttled < $5
   returning 1
 )
@@ -418,11 +527,53 @@ select (select throttled from cur) as before, (select count(*) from released)::i
   /**
    * $1 key, $2 owner. A drain gives the claim back at once and refunds the
    * attempt: the handler was stopped by a deploy, not by its own failure.
+   * An aborted run may have made its call before it stopped: the next
+   * attempt decides it first (docs/in-doubt.md).
    */
   releaseForDrain: `update jobfleet_claims
                     set state = 'released', lease_until = null, retry_at = null,
-                        attempts = greatest(attempts - 1, 0), updated_at = now()
+                        attempts = greatest(attempts - 1, 0), ended = 'in_doubt',
+                        doubt = coalesce(doubt, jsonb_build_object(
+                          'attempt', attempts, 'owner', owner, 'startedAt', claimed_at,
+                          'intent', intent, 'how', 'drained')),
+                        updated_at = now()
                     where key = $1 and owner = $2 and state = 'running'`,
+
+  /**
+   * $1 key, $2 owner, $3 seconds until the retry may run, $4 error, $5 how
+   * (in_doubt_thrown, timed_out, reconcile_unknown). The run ended without
+   * knowing whether its effect happened: the next attempt decides it before
+   * anything runs again. An undecided earlier doubt (reconcile answered
+   * unknown) stays the doubt.
+   */
+  releaseInDoubt: `update jobfleet_claims
+                   set state = 'released', lease_until = null, retry_at = now() + make_interval(secs => $3),
+                       last_error = $4, ended = 'in_doubt',
+                       doubt = coalesce(doubt, jsonb_build_object(
+                         'attempt', attempts, 'owner', owner, 'startedAt', claimed_at,
+                         'intent', intent, 'how', $5::text)),
+                       updated_at = now()
+                   where key = $1 and owner = $2 and state = 'running'`,
+
+  /**
+   * $1 key, $2 owner, $3 the intent (jsonb), $4 lease seconds. Fenced: a
+   * worker whose claim was taken over records nothing, and is told so before
+   * its call. Extends the lease, as the call is about to start.
+   */
+  intend: `update jobfleet_claims
+           set intent = $3, lease_until = greatest(lease_until, now() + make_interval(secs => $4)),
+               updated_at = now()
+           where key = $1 and owner = $2 and state = 'running'`,
+
+  /** $1 key, $2 owner, $3 step name, $4 its result (jsonb). Fenced; the step's intent is spent. */
+  recordStep: `update jobfleet_claims
+               set steps = coalesce(steps, '{}'::jsonb) || jsonb_build_object($3::text, $4::jsonb),
+                   intent = null, updated_at = now()
+               where key = $1 and owner = $2 and state = 'running'`,
+
+  /** $1 key, $2 owner. The doubt is decided (not done, or re-run by policy): the handler runs. Fenced. */
+  clearDoubt: `update jobfleet_claims set doubt = null, updated_at = now()
+               where key = $1 and owner = $2 and state = 'running'`,
 
   /**
    * $1 delivery id, $2 job id, $3 key, $4 type, $5 schema version, $6 attempts,

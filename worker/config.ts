@@ -60,6 +60,10 @@ const schema = z
     // 'store' keeps each dead letter's body in PostgreSQL as well (for `jobfleet dlq show`
     // and replay when the DLQ copy is gone); off by default: payloads may hold personal data.
     deadLetterPayloads: z.enum(['queue-only', 'store']).default('queue-only'),
+    // What happens to an in-doubt attempt of a handler without reconcile
+    // (docs/in-doubt.md): rerun it (the downstream dedupes ctx.key) or hold
+    // it for a person. rerun by default: see the page for why.
+    inDoubt: z.enum(['rerun', 'hold']).default('rerun'),
   })
   .refine((c) => c.maxDelaySeconds >= c.initialDelaySeconds, {
     path: ['maxDelaySeconds'],
@@ -96,6 +100,7 @@ export const ENV: Record<keyof WorkerConfigInput, string> = {
   tlsCaFile: 'JOBFLEET_TLS_CA_FILE',
   deadLetterOwner: 'JOBFLEET_DEAD_LETTER_OWNER',
   deadLetterPayloads: 'JOBFLEET_DEAD_LETTER_PAYLOADS',
+  inDoubt: 'JOBFLEET_IN_DOUBT',
 };
 
 export class ConfigError extends Error {

@@ -21,6 +21,22 @@ import type { WorkerMetrics } from './metrics.js';
 import { HEADERS } from './producer.js';
 import { RunSignal } from './run-signal.js';
 import { TIMESTAMP_MS_HEADER } from './queue-head.js';
+import {
+  ClaimLost,
+  describeDoubt,
+  HoldForPerson,
+  InDoubt,
+  resolveDoubt,
+  RunRecord,
+  type AttemptHistory,
+  type Doubt,
+  type InDoubtPolicy,
+  type PreviousAttempt,
+  type ReconcileAnswer,
+  type ReconcileContext,
+  type Resolution,
+  type StepOptions,
+} from './in-doubt/index.js';
 
 export interface Job<P = unknown> extends Envelope<P> {
   /** 1 for the first run; counts every run of this key, crashed ones included, throttled ones not */
@@ -38,19 +54,51 @@ export interface HandlerContext {
   log: Logger;
   /** transactional mode: the client whose transaction also records completion */
   tx?: pg.PoolClient;
+  /** the attempt before this one (how it ended, its intent); undefined on a key's first run */
+  previous?: PreviousAttempt;
+  /**
+   * Records, durably and fenced by this run's claim, what it is about to do
+   * (e.g. the request reference it will send): call it right before the
+   * downstream call. Throws ClaimLost when the claim is no longer this
+   * run's: then make no call. The next attempt's reconcile reads it.
+   */
+  intend(intent: unknown): Promise<void>;
+  /**
+   * A recovery point: runs `fn` and records its result before the next step
+   * starts. A re-run returns the recorded result without calling `fn`; the
+   * step an in-doubt attempt was in is decided by `opts.reconcile` first.
+   */
+  step<T>(name: string, fn: () => Promise<T>, opts?: StepOptions): Promise<T>;
 }
 
 export type Handler = (job: Job, ctx: HandlerContext) => Promise<unknown>;
+
+/** Asks the downstream whether an in-doubt attempt's effect happened (docs/in-doubt.md). */
+export type Reconcile = (job: Job, ctx: ReconcileContext) => Promise<ReconcileAnswer>;
+
+/** A handler with what decides its in-doubt attempts. */
+export interface HandlerDefinition {
+  run: Handler;
+  /** called for an in-doubt attempt instead of a blind re-run */
+  reconcile?: Reconcile;
+  /** without `reconcile`: re-run or hold an in-doubt attempt (default: the worker's JOBFLEET_IN_DOUBT) */
+  inDoubt?: InDoubtPolicy;
+}
+
+/** A handler as the delivery uses it: the policy filled in. */
+export interface HandlerSpec {
+  run: Handler;
+  reconcile?: Reconcile;
+  inDoubt: InDoubtPolicy;
+}
 
 export interface DeliveryDeps {
   queue: string;
   deadLetterQueue: string;
   contract: Contract;
-  handlers: ReadonlyMap<string, Handler>;
+  handlers: ReadonlyMap<string, HandlerSpec>;
   mode: 'external' | 'transactional';
   store: ClaimStore;
-  /** told of each claim taken, so that a drain can give back claims of handlers that ignore the signal */
-  claimed?(msg: ConsumeMessage, key: string, owner: string): void;
   /** renews the leases of running claims (external mode) */
   leases: LeaseKeeper;
   leaseSeconds: number;
@@ -286,6 +334,7 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps, holds: number): Promis
     return delay(msg, d, env, notBefore - d.now(), null);
   }
 
+  const claimedAt = d.now();
   const claim = await d.store.claim(env.key, d.leaseSeconds, env.id, env.type);
   switch (claim.outcome) {
     case 'completed':
@@ -301,26 +350,13 @@ async function step(msg: ConsumeMessage, d: DeliveryDeps, holds: number): Promis
       return delay(msg, d, env, waitMs(claim.until, d), null);
   }
 
-  const { owner } = claim;
-  d.claimed?.(msg, env.key, owner);
-  if (claim.attempts > d.maxAttempts) {
-    // Runs that crashed the process count too: a poison message cannot loop forever.
-    return deadLetter(msg, d, {
-      envelope: env,
-      failureClass: 'attempts_exhausted',
-      reason: `gave up after ${d.maxAttempts} attempts; last error: ${claim.lastError ?? 'the worker stopped mid-run (crash or kill)'}`,
-      attempts: claim.attempts - 1,
-      claimOwner: owner,
-      firstSeenAt: claim.firstSeenAt,
-    });
-  }
   if (claim.outcome === 'takeover') {
     d.log.info(
       { key: env.key, type: env.type, attempt: claim.attempts },
       'took over an expired claim',
     );
   }
-  return run(msg, d, env, owner, claim, claim.firstSeenAt);
+  return run(msg, d, env, { ...claim, claimedAt });
 }
 
 function waitMs(until: Date | null, d: DeliveryDeps): number {
@@ -343,27 +379,48 @@ interface RunTx {
   onError?: (err: Error) => void;
 }
 
+/** A claim this worker took, as its run needs it. */
+interface Claimed {
+  owner: string;
+  attempts: number;
+  throttled: number;
+  lastError: string | null;
+  firstSeenAt: Date;
+  history: AttemptHistory;
+  /** local time just before the claim's statement was sent: the lease holds from then on */
+  claimedAt: number;
+}
+
 async function run(
   msg: ConsumeMessage,
   d: DeliveryDeps,
   env: Envelope,
-  owner: string,
-  claim: { attempts: number; throttled: number },
-  firstSeenAt: Date,
+  claim: Claimed,
 ): Promise<DeliveryResult> {
-  const attempt = claim.attempts;
-  const handler = d.handlers.get(env.type) as Handler;
+  const { owner, attempts: attempt } = claim;
+  const spec = d.handlers.get(env.type) as HandlerSpec;
   // Aborted by a lost lease or by the drain deadline; made only if the handler reads it.
   const abort = new RunSignal(d.drainSignal);
   // Transactional mode holds the claim row's lock instead (see runInTransaction).
-  if (d.mode === 'external') d.leases.hold(env.key, owner, abort);
-  const ctx = handlerContext(d, env, attempt, abort);
+  if (d.mode === 'external') d.leases.hold(env.key, owner, abort, claim.claimedAt);
   const job: Job = { ...env, attempt, throttled: claim.throttled };
-  const runHandler = () => withDeadline(handler(job, ctx), abort, d);
   const started = d.now();
   d.metrics.inflight.inc();
   const tx: RunTx = {};
   try {
+    // Transactional mode: a run that did not commit rolled back with its
+    // connection, its effect with it. Nothing there is in doubt.
+    const doubt = d.mode === 'external' ? claim.history.doubt : undefined;
+    let resumes: Doubt | undefined;
+    if (doubt) {
+      const decided = await decideDoubt(msg, d, env, spec, job, claim, doubt, abort);
+      if ('settled' in decided) return decided.settled;
+      resumes = decided.resumes;
+    }
+    // Runs that crashed the process count too: a poison message cannot loop forever.
+    if (attempt > d.maxAttempts) return exhausted(msg, d, env, claim);
+    const ctx = handlerContext(d, env, spec, claim, abort, resumes);
+    const runHandler = () => withDeadline(spec.run(job, ctx), abort, d);
     let recorded: boolean;
     if (d.mode === 'transactional') {
       const r = await runInTransaction(d, env, owner, ctx, tx, runHandler);
@@ -392,18 +449,133 @@ async function run(
     }
     // a hung handler may still use its connection: never back into the pool
     if (err instanceof HandlerTimedOut) tx.broken ??= err;
-    if (d.drainSignal.aborted) {
+    if (d.drainSignal.aborted && !(err instanceof ClaimLost)) {
       // Stopped by the drain deadline, not by its own failure: give the claim
-      // back (refunding the attempt) and leave the delivery unacked.
+      // back (refunding the attempt, marked in doubt: it may have made its
+      // call before it stopped) and leave the delivery unacked.
       await d.store.releaseForDrain(env.key, owner).catch(() => undefined);
       return 'drained';
     }
     // Not awaited (as no return here is): the finally below frees the run's
     // lease and slot once this starts, not once the failure is recorded.
-    return failed(msg, d, env, owner, claim, firstSeenAt, err);
+    return failed(msg, d, env, spec, claim, err);
   } finally {
     endRun(d, env.key, owner, abort, tx);
   }
+}
+
+/** A claim past the attempt ceiling before it ran: dead-lettered with the last error it knows. */
+function exhausted(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  env: Envelope,
+  claim: Claimed,
+): Promise<DeliveryResult> {
+  return deadLetter(msg, d, {
+    envelope: env,
+    failureClass: 'attempts_exhausted',
+    reason: `gave up after ${d.maxAttempts} attempts; last error: ${claim.lastError ?? 'the worker stopped mid-run (crash or kill)'}`,
+    attempts: claim.attempts - 1,
+    claimOwner: claim.owner,
+    firstSeenAt: claim.firstSeenAt,
+  });
+}
+
+/**
+ * An attempt in doubt is decided before anything runs again: 'settled' when
+ * the delivery ended here (done, held, asked again later), else the handler
+ * runs, resuming the doubt's step when it was in one.
+ */
+async function decideDoubt(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  env: Envelope,
+  spec: HandlerSpec,
+  job: Job,
+  claim: Claimed,
+  doubt: Doubt,
+  abort: RunSignal,
+): Promise<{ settled: DeliveryResult } | { resumes?: Doubt }> {
+  const { owner, attempts: attempt } = claim;
+  const reconcile = spec.reconcile;
+  const decision = await resolveDoubt({
+    doubt,
+    reconcile:
+      reconcile &&
+      (() =>
+        withDeadline(reconcile(job, reconcileContext(d, env, attempt, abort, doubt)), abort, d)),
+    policy: spec.inDoubt,
+    attempt,
+    maxAttempts: d.maxAttempts,
+  });
+  if (decision.do !== 'resume')
+    d.metrics.inDoubt.inc({ type: env.type, resolution: decision.resolution });
+  d.log.info(
+    { key: env.key, type: env.type, attempt, doubt: describeDoubt(doubt), decision: decision.do },
+    'in-doubt attempt decided',
+  );
+  switch (decision.do) {
+    case 'complete': {
+      if (!(await recordCompletion(d, env.key, owner, decision.result)))
+        return { settled: await delay(msg, d, env, d.initialDelayMs, 'lease_lost') };
+      d.metrics.jobs.inc({ type: env.type, outcome: 'completed' });
+      d.ack(msg, journal(msg, env, 'completed', attempt, d));
+      return { settled: 'completed' };
+    }
+    case 'hold':
+      return {
+        settled: await hold(msg, d, env, claim, `${describeDoubt(doubt)}; ${decision.reason}`),
+      };
+    case 'retry':
+      return {
+        settled: await retryInDoubt(msg, d, env, claim, decision.reason, 'reconcile_unknown'),
+      };
+    case 'run':
+    case 'resume':
+      if (!(await d.store.clearDoubt(env.key, owner)))
+        return { settled: await delay(msg, d, env, d.initialDelayMs, 'lease_lost') };
+      return { resumes: decision.do === 'resume' ? doubt : undefined };
+  }
+}
+
+/** Quarantined for a person's decision (failure class in_doubt): never re-run on its own. */
+function hold(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  env: Envelope,
+  claim: Claimed,
+  why: string,
+): Promise<DeliveryResult> {
+  return deadLetter(msg, d, {
+    envelope: env,
+    failureClass: 'in_doubt',
+    // the instruction first: a long intent is what the 300-character reason cuts
+    reason: `held for a person (replay to re-run, or mark done): ${why}`,
+    attempts: claim.attempts,
+    claimOwner: claim.owner,
+    firstSeenAt: claim.firstSeenAt,
+  });
+}
+
+/** The claim given back in doubt, with its retry time; then the confirmed retry copy and the ack. */
+async function retryInDoubt(
+  msg: ConsumeMessage,
+  d: DeliveryDeps,
+  env: Envelope,
+  claim: Claimed,
+  reason: string,
+  how: 'in_doubt_thrown' | 'timed_out' | 'reconcile_unknown',
+): Promise<DeliveryResult> {
+  const message = compactReason(reason);
+  const delayMs = retryDelayMs(
+    { initialDelayMs: d.initialDelayMs, maxDelayMs: d.maxDelayMs },
+    claim.attempts,
+    undefined,
+    d.random,
+  );
+  if (!(await d.store.releaseInDoubt(env.key, claim.owner, delayMs / 1000, message, how)))
+    return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
+  return retry(msg, d, env, claim.attempts, 'in_doubt', delayMs, message);
 }
 
 /**
@@ -413,19 +585,66 @@ async function run(
 function handlerContext(
   d: DeliveryDeps,
   env: Envelope,
-  attempt: number,
+  spec: HandlerSpec,
+  claim: Claimed,
   abort: RunSignal,
+  resumes: Doubt | undefined,
 ): HandlerContext {
+  const { owner, attempts: attempt } = claim;
   let log: Logger | undefined;
+  let record: RunRecord | undefined;
+  // made only for handlers that record intents or steps
+  const runRecord = () =>
+    (record ??= new RunRecord({
+      store: d.store,
+      key: env.key,
+      owner,
+      attempt,
+      maxAttempts: d.maxAttempts,
+      leaseSeconds: d.leaseSeconds,
+      confirmedUntil: () => d.leases.confirmedUntil(env.key, owner),
+      now: d.now,
+      steps: claim.history.steps,
+      resumes,
+      policy: spec.inDoubt,
+      reconcileContext: (doubt) => reconcileContext(d, env, attempt, abort, doubt),
+      resolved: (resolution: Resolution) => d.metrics.inDoubt.inc({ type: env.type, resolution }),
+      transactional: d.mode === 'transactional',
+    }));
   return {
     key: env.key,
     attempt,
+    previous: claim.history.previous,
     get signal() {
       return abort.signal;
     },
     // a child logger only for handlers that log
     get log() {
       return (log ??= d.log.child({ type: env.type, jobId: env.id, attempt }));
+    },
+    intend: (intent) => runRecord().intend(intent),
+    step: (name, fn, opts) => runRecord().step(name, fn, opts),
+  };
+}
+
+/** What a reconcile gets: the attempt in doubt, and the run's signal and logger. */
+function reconcileContext(
+  d: DeliveryDeps,
+  env: Envelope,
+  attempt: number,
+  abort: RunSignal,
+  doubt: Doubt,
+): ReconcileContext {
+  let log: Logger | undefined;
+  return {
+    key: env.key,
+    attempt,
+    inDoubt: doubt,
+    get signal() {
+      return abort.signal;
+    },
+    get log() {
+      return (log ??= d.log.child({ type: env.type, jobId: env.id, attempt, reconcile: true }));
     },
   };
 }
@@ -530,12 +749,11 @@ async function failed(
   msg: ConsumeMessage,
   d: DeliveryDeps,
   env: Envelope,
-  owner: string,
-  claim: { attempts: number; throttled: number },
-  firstSeenAt: Date,
+  spec: HandlerSpec,
+  claim: Claimed,
   err: unknown,
 ): Promise<DeliveryResult> {
-  const attempt = claim.attempts;
+  const { owner, attempts: attempt, firstSeenAt } = claim;
   const message = compactReason(err instanceof Error ? `${err.name}: ${err.message}` : String(err));
   const giveUp = (failureClass: FailureClass, reason: string) =>
     deadLetter(msg, d, {
@@ -546,7 +764,33 @@ async function failed(
       claimOwner: owner,
       firstSeenAt,
     });
+  // The claim is not this run's any more: whoever holds it decides the job.
+  if (err instanceof ClaimLost) return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
+  if (err instanceof HoldForPerson) return hold(msg, d, env, claim, message);
   if (err instanceof Permanent) return giveUp('permanent', message);
+  // The run may have made its call (it said so, or it was abandoned at its
+  // deadline and may still be making it): the next attempt decides first.
+  // Its later ctx.intend, steps and completion are fenced out from here on.
+  if (d.mode === 'external' && (err instanceof InDoubt || err instanceof HandlerTimedOut)) {
+    if (attempt < d.maxAttempts)
+      return retryInDoubt(
+        msg,
+        d,
+        env,
+        claim,
+        message,
+        err instanceof InDoubt ? 'in_doubt_thrown' : 'timed_out',
+      );
+    // At the ceiling: held for a person, unless the handler re-runs blind by choice.
+    if (spec.reconcile || spec.inDoubt === 'hold')
+      return hold(
+        msg,
+        d,
+        env,
+        claim,
+        `attempt ${attempt} of ${d.maxAttempts} ended in doubt: ${message}`,
+      );
+  }
   const throttled = err instanceof Throttled;
   if (!throttled && attempt >= d.maxAttempts) {
     return giveUp(
@@ -576,7 +820,8 @@ async function failed(
       ),
     );
   }
-  return retry(msg, d, env, throttled ? attempt - 1 : attempt, throttled, delayMs, message);
+  const reason = throttled ? 'throttled' : 'error';
+  return retry(msg, d, env, throttled ? attempt - 1 : attempt, reason, delayMs, message);
 }
 
 /**
@@ -607,11 +852,11 @@ async function retry(
   d: DeliveryDeps,
   env: Envelope,
   spent: number,
-  throttled: boolean,
+  reason: 'throttled' | 'error' | 'in_doubt',
   delayMs: number,
   message: string,
 ): Promise<DeliveryResult> {
-  d.metrics.retries.inc({ type: env.type, reason: throttled ? 'throttled' : 'error' });
+  d.metrics.retries.inc({ type: env.type, reason });
   d.metrics.jobs.inc({ type: env.type, outcome: 'retried' });
   await publishDelayed(msg, d, delayMs, {
     [HEADERS.attempt]: spent,

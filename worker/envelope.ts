@@ -90,6 +90,8 @@ export const FAILURE_CLASSES = [
   'attempts_exhausted',
   // the broker's delivery limit (quorum queues): returned unacked too many times
   'delivery_limit',
+  // an attempt whose outcome is unknown, held for a person's decision (docs/in-doubt.md)
+  'in_doubt',
 ] as const;
 export type FailureClass = (typeof FAILURE_CLASSES)[number];
 

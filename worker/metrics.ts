@@ -150,6 +150,12 @@ export function workerMetrics(
       labelNames: ['version'],
       registers: r,
     }),
+    inDoubt: new client.Counter({
+      name: 'jobfleet_in_doubt_total',
+      help: 'In-doubt attempts (a run whose outcome is unknown) decided, by resolution: done, not_done, unknown (asked again or, at the ceiling, held), conflict (held), re_run (by policy), held (by policy)',
+      labelNames: ['type', 'resolution'],
+      registers: r,
+    }),
     deadLetters: new client.Counter({
       name: 'jobfleet_dead_letters_total',
       help: 'Dead-lettered deliveries, by failure class',

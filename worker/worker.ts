@@ -17,7 +17,10 @@ import {
   type DeliveryDeps,
   type DeliveryResult,
   type Handler,
+  type HandlerDefinition,
+  type HandlerSpec,
 } from './delivery.js';
+import { IN_DOUBT_POLICIES, type InDoubtPolicy } from './in-doubt/index.js';
 import { compactReason } from './envelope.js';
 import { createLogger } from './log.js';
 import { ConfigError, loadConfig, type WorkerConfig, type WorkerConfigInput } from './config.js';
@@ -40,8 +43,11 @@ import { HOLD_LIMIT_MS } from './hold-limit.js';
 export interface WorkerOptions {
   /** what this code consumes; must match JOBFLEET_KEY_RULE / JOBFLEET_SCHEMA_VERSIONS when set */
   contract: Contract;
-  /** one handler per job type; a delivery of any other type is dead-lettered */
-  handlers: Record<string, Handler>;
+  /**
+   * one handler per job type (a function, or {run, reconcile, inDoubt});
+   * a delivery of any other type is dead-lettered
+   */
+  handlers: Record<string, Handler | HandlerDefinition>;
   /** 'transactional': the handler gets ctx.tx, and its writes commit with the completion record */
   mode?: 'external' | 'transactional';
   /** overrides for the JOBFLEET_* environment */
@@ -93,7 +99,41 @@ export function createWorker(opts: WorkerOptions): Worker {
   }
   const types = Object.keys(opts.handlers);
   if (!types.length) throw new ConfigError('handlers: give at least one job type and its handler');
+  handlerSpecs(opts.handlers, config.inDoubt); // refuses a malformed definition now, not at its first job
   return new QueueWorker(opts, config);
+}
+
+/** Each handler with its in-doubt policy filled in; throws ConfigError naming a malformed one. */
+function handlerSpecs(
+  handlers: WorkerOptions['handlers'],
+  policy: InDoubtPolicy,
+): Map<string, HandlerSpec> {
+  const specs = new Map<string, HandlerSpec>();
+  for (const [type, h] of Object.entries(handlers)) {
+    const at = `handlers.${type}`;
+    if (typeof h === 'function') {
+      specs.set(type, { run: h, inDoubt: policy });
+      continue;
+    }
+    if (typeof h?.run !== 'function')
+      throw new ConfigError(
+        `${at}: give a function, or {run, reconcile?, inDoubt?} whose run is one`,
+      );
+    if (h.reconcile !== undefined && typeof h.reconcile !== 'function')
+      throw new ConfigError(
+        `${at}.reconcile: give a function (job, ctx) => answer, or leave it out`,
+      );
+    if (h.inDoubt !== undefined && !IN_DOUBT_POLICIES.includes(h.inDoubt))
+      throw new ConfigError(
+        `${at}.inDoubt: "${String(h.inDoubt)}" is not one of ${IN_DOUBT_POLICIES.join(', ')}`,
+      );
+    specs.set(type, {
+      run: h.run,
+      ...(h.reconcile && { reconcile: h.reconcile }),
+      inDoubt: h.inDoubt ?? policy,
+    });
+  }
+  return specs;
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -120,7 +160,6 @@ interface InFlight {
   channel: ConfirmChannel;
   /** a work-queue delivery: the consumer it came to (HeadWatch counts its prefetch) */
   consumer?: number;
-  claim?: { key: string; owner: string };
 }
 
 class QueueWorker implements Worker {
@@ -207,7 +246,7 @@ class QueueWorker implements Worker {
       this.log.warn({ err: compactReason(err.message) }, 'claim store connection error'),
     );
     this.store = new ClaimStore(pool);
-    this.leases = new LeaseKeeper(this.store, config.leaseSeconds);
+    this.leases = new LeaseKeeper(this.store, config.leaseSeconds, this.now);
     this.journal = new AckJournal(
       this.store,
       (err) =>
@@ -545,10 +584,10 @@ class QueueWorker implements Worker {
   /** What every delivery shares, computed once rather than per message. */
   private staticDeps(): Omit<
     DeliveryDeps,
-    'claimed' | 'publish' | 'ack' | 'requeue' | 'storeDown' | 'storeBack'
+    'publish' | 'ack' | 'requeue' | 'storeDown' | 'storeBack'
   > {
     const c = this.config;
-    const handlers = new Map(Object.entries(this.opts.handlers));
+    const handlers = handlerSpecs(this.opts.handlers, c.inDoubt);
     return {
       queue: c.queue,
       deadLetterQueue: c.deadLetterQueue,
@@ -602,10 +641,6 @@ class QueueWorker implements Worker {
     );
     const deps: DeliveryDeps = {
       ...this.shared,
-      claimed: (msg, key, owner) => {
-        const entry = this.inflight.get(msg);
-        if (entry) entry.claim = { key, owner };
-      },
       publish: (queue, content, props) => sendConfirmed(ch, queue, content, props),
       ack: (msg, journal) => {
         acks.ack(msg.fields.deliveryTag);
@@ -727,16 +762,14 @@ class QueueWorker implements Worker {
         'drain deadline passed: aborting unfinished handlers, leaving them unacked',
       );
       this.drain.abort(new Error('drain deadline passed'));
-      // Give aborted handlers a moment to give their claims back themselves…
+      // Give aborted handlers a moment to give their claims back themselves
+      // (marked in doubt). The claims of handlers that ignore the signal are
+      // not given back: such a run may still make its call, so its lease
+      // runs out instead, and whoever takes the key over decides it first.
       await Promise.race([
         Promise.all([...this.inflight.values()].map((e) => e.done)),
         sleep(1000),
       ]);
-      // …and give back the claims of handlers that ignored the signal.
-      for (const e of this.inflight.values()) {
-        if (e.claim)
-          await this.store.releaseForDrain(e.claim.key, e.claim.owner).catch(() => undefined);
-      }
     }
     const conn = this.conn;
     if (this.channel) this.channels.get(this.channel)?.acks.flush();

@@ -151,16 +151,25 @@ export class DeadLetterStore {
 
   /**
    * Gives a dead-lettered key a fresh start (attempts 0) so that the replayed
-   * delivery runs; a key that completed meanwhile is left alone.
+   * delivery runs; a key that completed meanwhile is left alone. A replay is
+   * a person's decision to run it again: an undecided doubt (a held in_doubt
+   * job) is cleared with it, where the claims schema has one (migration 9;
+   * workers of earlier versions may not have applied it yet).
    */
   async resetClaim(key: string): Promise<void> {
-    await this.db.query(
+    const reset = await this.db.query(
       `update jobfleet_claims
        set state = 'released', attempts = 0, owner = null, lease_until = null, retry_at = null,
            last_error = null, updated_at = now()
        where key = $1 and state = 'dead_lettered'`,
       [key],
     );
+    if (!reset.rowCount) return;
+    await this.db
+      .query(`update jobfleet_claims set doubt = null where key = $1 and state = 'released'`, [key])
+      .catch((err: { code?: string }) => {
+        if (err.code !== '42703') throw err; // undefined_column: no doubts kept there
+      });
   }
 
   /** Resolves a quarantined row and writes its audit row, atomically. False when it was no longer quarantined. */

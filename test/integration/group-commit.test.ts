@@ -51,9 +51,11 @@ describe('group commit in the claim store', () => {
       `insert into jobfleet_claims (key, state, attempts, throttled, last_error, first_seen_at)
        values ('again', 'released', 2, 1, 'boom', '2026-01-01T00:00:00Z')`,
     );
+    const staleOwner = '5ca1ab1e-0000-4000-8000-000000000001';
     await pool.query(
       `insert into jobfleet_claims (key, state, owner, lease_until, attempts, first_seen_at)
-       values ('stale', 'running', gen_random_uuid(), now() - interval '1 s', 1, '2026-01-02T00:00:00Z')`,
+       values ('stale', 'running', $1, now() - interval '1 s', 1, '2026-01-02T00:00:00Z')`,
+      [staleOwner],
     );
     const [fresh, again, stale] = await claimAll(['fresh', 'again', 'stale']);
     const { rows } = await pool.query<{ key: string; owner: string; first_seen_at: Date }>(
@@ -67,6 +69,7 @@ describe('group commit in the claim store', () => {
       throttled: 0,
       lastError: null,
       firstSeenAt: row('fresh')?.first_seen_at,
+      history: { steps: {} },
     });
     expect(again).toEqual({
       outcome: 'retry',
@@ -75,8 +78,30 @@ describe('group commit in the claim store', () => {
       throttled: 1,
       lastError: 'boom',
       firstSeenAt: new Date('2026-01-01T00:00:00Z'),
+      // what ctx.previous shows: a row from before migration 9 says only that it failed
+      history: {
+        steps: {},
+        previous: {
+          attempt: 2,
+          owner: null,
+          startedAt: null,
+          intent: null,
+          step: null,
+          ended: 'failed',
+          error: 'boom',
+        },
+      },
     });
-    expect(stale).toMatchObject({ outcome: 'takeover', owner: row('stale')?.owner, attempts: 2 });
+    // a running claim taken over: its run is in doubt until the next attempt decides it
+    expect(stale).toMatchObject({
+      outcome: 'takeover',
+      owner: row('stale')?.owner,
+      attempts: 2,
+      history: {
+        doubt: { attempt: 1, owner: staleOwner, intent: null, step: null, cause: 'taken_over' },
+        previous: { attempt: 1, owner: staleOwner, ended: 'in_doubt' },
+      },
+    });
   });
 
   it('a key inserted by a concurrent claim after the statement began reads as held until its lease ends', async () => {

@@ -92,6 +92,12 @@ describe('the layers', () => {
     );
     write('src/kube/k.ts', 'export const k = 1;\n');
     write('worker/index.ts', 'export const w = 1;\n');
+    write('worker/in-doubt/index.ts', "export { d } from './decide.js';\n");
+    write(
+      'worker/in-doubt/decide.ts',
+      "import { w } from '../delivery.js';\nexport const d = w;\n",
+    );
+    write('worker/delivery.ts', "import { d } from './in-doubt/decide.js';\nexport const w = d;\n");
     const found = cruise(scratch).map((v) => `${v.rule.name}: ${v.from} → ${v.to}`);
     expect(found).toEqual(
       expect.arrayContaining([
@@ -100,6 +106,8 @@ describe('the layers', () => {
         'the-rest-enters-reconcile-by-the-doors: src/controller/run.ts → src/reconcile/model/a.ts',
         'concerns-open-by-their-index: src/reconcile/status/s.ts → src/reconcile/model/b.ts',
         'reconcile-imports-only-api: src/reconcile/status/s.ts → src/kube/k.ts',
+        'worker-rooms-open-by-their-index: worker/delivery.ts → worker/in-doubt/decide.ts',
+        'in-doubt-stands-below-the-delivery: worker/in-doubt/decide.ts → worker/delivery.ts',
       ]),
     );
   }, 60_000);
