@@ -356,7 +356,13 @@ export const jobWorkerSpec = z
           .max(86_400)
           .default(900)
           .describe(
-            "A run that has not returned after this long is aborted (its signal fires), counted as a failed attempt and retried; its delivery slot is freed. Keep it below RabbitMQ's consumer_timeout (30 minutes by default), which would close the channel and return every delivery on it",
+            "A run that has not returned after this long is aborted (its signal fires) and its delivery slot freed; it counts as an attempt in doubt (it may still make its call), which the retry decides first (see inDoubt). Keep it below RabbitMQ's consumer_timeout (30 minutes by default), which would close the channel and return every delivery on it",
+          ),
+        inDoubt: z
+          .enum(['Rerun', 'Hold'])
+          .default('Rerun')
+          .describe(
+            'An attempt whose outcome is unknown (its worker died mid-run, it threw InDoubt, it timed out), of a handler without a reconcile: Rerun runs it again (right when the downstream dedupes the idempotency key), Hold quarantines it as an in_doubt dead letter for a person. Handlers with a reconcile ask the downstream instead (docs/in-doubt.md)',
           ),
       })
       .meta(
@@ -374,6 +380,7 @@ export const jobWorkerSpec = z
         initialDelaySeconds: 1,
         maxDelaySeconds: 600,
         handlerTimeoutSeconds: 900,
+        inDoubt: 'Rerun',
       })
       .describe(
         'Retries of transient failures: bounded, jittered, exponential backoff that honours Retry-After',

@@ -48,6 +48,7 @@ describe('JobWorker CRD', () => {
       initialDelaySeconds: 1,
       maxDelaySeconds: 600,
       handlerTimeoutSeconds: 900,
+      inDoubt: 'Rerun',
     });
     expect(jw.spec.scaling).toMatchObject({
       minReplicas: 1,

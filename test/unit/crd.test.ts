@@ -54,6 +54,7 @@ describe('the JobWorker CRD', () => {
         initialDelaySeconds: 1,
         maxDelaySeconds: 600,
         handlerTimeoutSeconds: 900,
+        inDoubt: 'Rerun',
       });
       expect(r.spec.scaling.minReplicas).toBe(1);
       expect(r.spec.shutdown.drainDeadlineSeconds).toBe(45);

@@ -211,6 +211,30 @@ describe('desired Deployment', () => {
     });
   });
 
+  it('spec.retry.inDoubt: Hold reaches the worker as JOBFLEET_IN_DOUBT=hold; Rerun (the default) adds nothing, so pods made before the field existed do not roll', () => {
+    const envOf = (s: ReturnType<typeof spec>) =>
+      (desiredDeployment(jw(s), '4', 1) as any).spec.template.spec.containers[0].env as Array<{
+        name: string;
+        value?: string;
+      }>;
+    const held = spec({ retry: { inDoubt: 'Hold' } });
+    expect(envOf(held).find((e) => e.name === 'JOBFLEET_IN_DOUBT')).toEqual({
+      name: 'JOBFLEET_IN_DOUBT',
+      value: 'hold',
+    });
+    const base = {
+      JOBFLEET_QUEUE: 'q',
+      JOBFLEET_BROKER_URL: 'amqp://r',
+      JOBFLEET_CLAIMS_URL: 'postgres://c',
+    };
+    expect(loadConfig({}, { ...base, JOBFLEET_IN_DOUBT: 'hold' }).inDoubt).toBe('hold');
+    expect(loadConfig({}, base).inDoubt).toBe('rerun');
+    expect(envOf(spec()).map((e) => e.name)).not.toContain('JOBFLEET_IN_DOUBT');
+    expect(spec().retry.inDoubt).toBe('Rerun');
+    expect(templateHash(jw(spec({ retry: { inDoubt: 'Rerun' } })))).toBe(templateHash(jw()));
+    expect(templateHash(jw(held))).not.toBe(templateHash(jw()));
+  });
+
   it('the contract a Deployment runs is read back from its pod template', () => {
     const d = desiredDeployment(jw(), '4', 3);
     expect(deployedContract(d)).toEqual({ keyRule: 'k:{id}', schemaVersions: [3, 2] });

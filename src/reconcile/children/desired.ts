@@ -74,7 +74,8 @@ type SecretRef = { name: string; key: string };
 const WORKER_ENV: ReadonlyArray<{
   field: keyof WorkerConfigInput;
   from: string;
-  value: (s: JobWorkerSpec, revision: string) => string | number | SecretRef;
+  /** undefined: not set (the worker's default holds), so that pods made before the field existed stay as they are */
+  value: (s: JobWorkerSpec, revision: string) => string | number | SecretRef | undefined;
 }> = [
   { field: 'queue', from: 'spec.broker.queue', value: (s) => s.broker.queue },
   { field: 'brokerUrl', from: 'spec.broker.urlSecretRef', value: (s) => s.broker.urlSecretRef },
@@ -107,6 +108,11 @@ const WORKER_ENV: ReadonlyArray<{
     from: 'spec.retry.handlerTimeoutSeconds',
     value: (s) => s.retry.handlerTimeoutSeconds,
   },
+  {
+    field: 'inDoubt',
+    from: 'spec.retry.inDoubt',
+    value: (s) => (s.retry.inDoubt === 'Hold' ? 'hold' : undefined),
+  },
   { field: 'deadLetterOwner', from: 'spec.deadLetter.owner', value: (s) => s.deadLetter.owner },
   { field: 'leaseSeconds', from: 'spec.claims.leaseSeconds', value: (s) => s.claims.leaseSeconds },
   {
@@ -134,11 +140,12 @@ export const CONTRACT_ENV: Readonly<Record<string, string>> = Object.fromEntries
 );
 
 function contractEnv(jw: JobWorker, revision: string): Array<Record<string, unknown>> {
-  return WORKER_ENV.map(({ field, value }) => {
+  return WORKER_ENV.flatMap(({ field, value }): Array<Record<string, unknown>> => {
     const v = value(jw.spec, revision);
+    if (v === undefined) return [];
     return typeof v === 'object'
-      ? { name: ENV[field], valueFrom: { secretKeyRef: { name: v.name, key: v.key } } }
-      : { name: ENV[field], value: String(v) };
+      ? [{ name: ENV[field], valueFrom: { secretKeyRef: { name: v.name, key: v.key } } }]
+      : [{ name: ENV[field], value: String(v) }];
   });
 }
 
