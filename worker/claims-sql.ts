@@ -379,6 +379,12 @@ alter table jobfleet_claims
   add column doubt      jsonb,
   add column steps      jsonb;
 
+-- A held in-doubt job is decided by a person: replayed (re-run), or marked
+-- done without running (its claim completed with who decided and why).
+alter table jobfleet_dead_letter_audit drop constraint jobfleet_dead_letter_audit_action_check;
+alter table jobfleet_dead_letter_audit add constraint jobfleet_dead_letter_audit_action_check
+  check (action in ('replayed', 'skipped_completed', 'discarded', 'marked_done'));
+
 -- jobfleet_commit_attempts: jobfleet_commit (migration 8: same parameters,
 -- same locking order, same answers) that also keeps the attempts' history
 -- above. A claim of a key that ran before (retry, takeover) answers one more

@@ -52,6 +52,7 @@ const options = {
   'wait-timeout': { type: 'string', default: '300' },
   'hold-timeout': { type: 'string', default: '900' },
   force: { type: 'boolean', default: false },
+  'mark-done': { type: 'boolean', default: false },
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
@@ -78,7 +79,7 @@ export function date(v: string | undefined, flag: string): Date | undefined {
   return d;
 }
 
-const STATUSES = ['quarantined', 'replayed', 'discarded', 'superseded'] as const;
+const STATUSES = ['quarantined', 'replayed', 'discarded', 'superseded', 'marked_done'] as const;
 
 /** An enumerated option: a typo is refused with the valid values, never matched against nothing. */
 export function oneOf<T extends string>(
@@ -359,6 +360,7 @@ async function discardSelected(c: ActContext): Promise<ReplayProgress> {
       initiator: c.initiator,
       reason: c.reason,
       maxCount: positiveNumber(c.o['max-count'], '--max-count'),
+      markDone: c.o['mark-done'],
     },
     c.deps,
   );

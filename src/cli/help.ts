@@ -24,18 +24,24 @@ selection (list, replay, discard):
   --reason-contains TEXT    a substring of the dead-letter reason
   --class NAME              failure class: ${FAILURE_CLASSES.join(', ')}
   --since ISO, --until ISO  dead-lettered in this time range
-  --status S                list only: quarantined (default), replayed, discarded, superseded
+  --status S                list only: quarantined (default), replayed, discarded, superseded,
+                            marked_done
 
   list     [--limit 50] [--json]
   show ID  [--json]                     the row, its audit trail, and its payload when stored
   replay   --reason WHY [--initiator WHO] [--rate 5] [--burst 10] [--max-count 100]
            [--failure-threshold 5] [--edit-payload FILE] [--wait] [--wait-timeout 300]
            [--hold-timeout 900] [--force]
-  discard  --reason WHY [--initiator WHO] [--max-count 100]
+  discard  --reason WHY [--initiator WHO] [--max-count 100] [--mark-done]
 
 A replay keeps each job's idempotency key, resets its attempts, and skips keys that completed
 meanwhile. It stops when --failure-threshold replayed jobs fail again. --edit-payload replaces the
 payload of the one selected dead letter (select it with --id) and needs --reason.
+
+A held in_doubt dead letter (docs/in-doubt.md) waits for a person's decision, recorded in the
+audit with who decided: replay it when its effect did not happen (the handler runs again), or
+discard it with --mark-done when it did (its key completes without a run; a later copy of the
+job is acked as a duplicate). --mark-done refuses any other failure class.
 
 A replay waits while the incident lasts: while dead letters of the selected class still arrive
 (the last 2 minutes) and, through \`kubectl jobworker dlq\`, while the JobWorker's oldest message

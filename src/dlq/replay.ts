@@ -169,6 +169,8 @@ export interface DiscardRequest {
   initiator: string;
   reason: string;
   maxCount: number;
+  /** in_doubt dead letters only: the person decided the effect happened; the key completes without a run */
+  markDone?: boolean;
 }
 
 export async function discard(req: DiscardRequest, d: ReplayDeps): Promise<ReplayProgress> {
@@ -176,6 +178,11 @@ export async function discard(req: DiscardRequest, d: ReplayDeps): Promise<Repla
   if (!req.initiator.trim())
     throw new ReplayRefused('a discard needs an initiator: pass --initiator');
   const rows = await d.store.list(req.selector, req.maxCount);
+  const other = rows.filter((r) => r.failure_class !== 'in_doubt' || !r.key);
+  if (req.markDone && other.length)
+    throw new ReplayRefused(
+      `--mark-done decides held in_doubt dead letters only; ${other.map((r) => r.id).join(', ')} ${other.length === 1 ? 'is' : 'are'} not: narrow the selection (--class in_doubt), or discard without --mark-done`,
+    );
   return pass(
     rows,
     d,
@@ -188,6 +195,7 @@ export async function discard(req: DiscardRequest, d: ReplayDeps): Promise<Repla
     },
     'discard',
     { replayed: 0, skipped: 0, completed: 0, failedAgain: 0, pending: 0 },
+    req.markDone === true,
   );
 }
 
@@ -196,6 +204,8 @@ interface PassState {
   d: ReplayDeps;
   req: ReplayRequest;
   mode: 'replay' | 'discard';
+  /** a discard that marks each in_doubt job done */
+  markDone: boolean;
   /** the selected rows not met yet, by identity */
   wanted: Map<string, DeadLetterRow>;
   limiter: RateLimiter;
@@ -213,9 +223,10 @@ async function pass(
   req: ReplayRequest,
   mode: 'replay' | 'discard',
   before: ReplayCounts,
+  markDone = false,
 ): Promise<ReplayProgress> {
   try {
-    return await passOver(rows, d, req, mode, before);
+    return await passOver(rows, d, req, mode, before, markDone);
   } catch (err) {
     throw refusal(err, mode, req.deadLetterQueue);
   }
@@ -227,6 +238,7 @@ async function passOver(
   req: ReplayRequest,
   mode: 'replay' | 'discard',
   before: ReplayCounts,
+  markDone: boolean,
 ): Promise<ReplayProgress> {
   const ch = d.channel;
   const p: ReplayProgress = {
@@ -241,6 +253,7 @@ async function passOver(
     d,
     req,
     mode,
+    markDone,
     wanted: new Map(rows.map((r) => [identity(r.delivery_id, r.attempts), r])),
     limiter: new RateLimiter(req.ratePerSecond, req.burst),
     p,
@@ -312,12 +325,9 @@ async function matchOrPutBack(s: PassState, m: GetMessage): Promise<DeadLetterRo
 }
 
 async function discardOne(s: PassState, row: DeadLetterRow, m: GetMessage): Promise<void> {
-  await s.d.store.resolve(row, {
-    status: 'discarded',
-    action: 'discarded',
-    initiator: s.req.initiator,
-    reason: s.req.reason,
-  });
+  const who = { initiator: s.req.initiator, reason: s.req.reason };
+  if (s.markDone) await s.d.store.markDone(row, who);
+  else await s.d.store.resolve(row, { status: 'discarded', action: 'discarded', ...who });
   s.d.channel.ack(m);
   s.discarded++;
   s.report();
@@ -414,7 +424,7 @@ async function finishPass(s: PassState, selectedRows: number): Promise<ReplayPro
   p.done = true;
   p.message =
     s.mode === 'discard'
-      ? `discarded ${s.discarded} of ${selectedRows} selected${p.notFound ? `; ${p.notFound} not found in ${req.deadLetterQueue}` : ''}`
+      ? `${s.markDone ? 'marked done' : 'discarded'} ${s.discarded} of ${selectedRows} selected${p.notFound ? `; ${p.notFound} not found in ${req.deadLetterQueue}` : ''}`
       : summary(p, req);
   s.report();
   return p;

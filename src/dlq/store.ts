@@ -4,7 +4,13 @@
 // (worker/claims-sql.ts migrations); this module only reads and resolves.
 import type pg from 'pg';
 
-export type DeadLetterStatus = 'quarantined' | 'replayed' | 'discarded' | 'superseded';
+export type DeadLetterStatus =
+  | 'quarantined'
+  | 'replayed'
+  | 'discarded'
+  | 'superseded'
+  /** an in_doubt dead letter a person decided had happened: its claim completed without a run */
+  | 'marked_done';
 
 export interface DeadLetterRow {
   id: number;
@@ -33,7 +39,7 @@ export interface DeadLetterRow {
 export interface AuditRow {
   id: number;
   dead_letter_id: number;
-  action: 'replayed' | 'skipped_completed' | 'discarded';
+  action: 'replayed' | 'skipped_completed' | 'discarded' | 'marked_done';
   replay_id: string | null;
   initiator: string;
   reason: string;
@@ -207,6 +213,35 @@ export class DeadLetterStore {
         r.newPayloadHash ?? null,
         r.deliveryId ?? null,
       ],
+    );
+    return rows[0]?.ok === true;
+  }
+
+  /**
+   * A held in-doubt job decided as done by a person: the row resolved as
+   * marked_done with its audit row, and the key's claim completed with who
+   * decided and why as its result (a later copy of the job is a duplicate),
+   * atomically. False when the row was no longer quarantined.
+   */
+  async markDone(row: DeadLetterRow, r: { initiator: string; reason: string }): Promise<boolean> {
+    const { rows } = await this.db.query<{ ok: boolean }>(
+      `with resolved as (
+         update jobfleet_dead_letters
+         set status = 'marked_done', resolved_at = now(), resolved_by = $2, resolution_reason = $3
+         where id = $1 and status = 'quarantined'
+         returning id, key, payload_hash
+       ), audit as (
+         insert into jobfleet_dead_letter_audit
+           (dead_letter_id, action, initiator, reason, key, old_payload_hash)
+         select id, 'marked_done', $2, $3, key, payload_hash from resolved
+       ), claim as (
+         update jobfleet_claims c
+         set state = 'completed', doubt = null, lease_until = null, completed_at = now(), updated_at = now(),
+             result = jsonb_build_object('markedDoneBy', $2::text, 'reason', $3::text)
+         from resolved where c.key = resolved.key and c.state = 'dead_lettered'
+       )
+       select exists (select 1 from resolved) as ok`,
+      [row.id, r.initiator, r.reason],
     );
     return rows[0]?.ok === true;
   }

@@ -12,6 +12,7 @@ import { startTcpProxy, viaProxy, type TcpProxy } from '../ground/tcp-proxy.js';
 import { spawnBookingWorker, type WorkerProcess } from '../fixtures/spawn-effect-worker.js';
 import { QUEUE, harness, type Harness } from './worker-harness.js';
 import { queueType } from '../ground/index.js';
+import { jobfleet } from '../fixtures/jobfleet-cli.js';
 
 let h: Harness;
 let down: Downstream;
@@ -68,6 +69,13 @@ const claimState = (key: string, state: string, ms = 40_000) =>
     },
     ms,
     20,
+  );
+
+const queueEmpty = () =>
+  eventually(
+    'the work queue empty',
+    async () => ((await h.messages(QUEUE)) === 0 ? true : undefined),
+    30_000,
   );
 
 const killed = async (w: WorkerProcess) => {
@@ -276,6 +284,95 @@ describe('in-doubt fault matrix: one booking per key on a downstream that dedupe
     await new Promise((r) => setTimeout(r, 3000));
     expect(down.calls(key)).toBe(1);
     expect(await h.messages(`${QUEUE}.dlq`)).toBe(1);
+  });
+
+  it('held jobs wait for a person: a replay re-runs one whose effect is not there, --mark-done completes one whose effect is, each decision audited with who made it', async () => {
+    const env = { JOBFLEET_MAX_ATTEMPTS: '2' };
+    const notBooked = keyOf('d13a');
+    const booked = keyOf('d13b');
+    down.lookupsDown = true; // the downstream cannot tell: both end held
+    const first = await worker(env);
+    const started = down.nextCheckpoint(notBooked, 'started');
+    await h.job('d13a');
+    await started;
+    await killed(first); // before its call
+    const second = await worker(env);
+    const call = down.nextBooking(booked);
+    await h.job('d13b');
+    await call;
+    await killed(second); // after its call
+    await worker(env);
+    await claimState(notBooked, 'dead_lettered');
+    await claimState(booked, 'dead_lettered');
+    expect([down.calls(notBooked), down.calls(booked)]).toEqual([0, 1]);
+
+    const conn = ['--claims-url', h.db.url, '--amqp-url', h.rabbit.amqpUrl, '--queue', QUEUE];
+    const rerun = await jobfleet([
+      'dlq',
+      'replay',
+      ...conn,
+      '--key',
+      notBooked,
+      '--force',
+      '--reason',
+      'no booking at the carrier under its reference',
+      '--initiator',
+      'alice',
+    ]);
+    expect(rerun.stderr).toBe('');
+    expect(rerun.code).toBe(0);
+    // a dead letter of another class is not for --mark-done: refused, naming it
+    await h.job('d13c', { schemaVersion: 9 });
+    await eventually('the bad job dead-lettered', async () => {
+      const { rows } = await h.db.pool.query(
+        `select 1 from jobfleet_dead_letters where failure_class = 'schema_version'`,
+      );
+      return rows.length ? true : undefined;
+    });
+    const refused = await jobfleet([
+      'dlq',
+      'discard',
+      ...conn,
+      '--class',
+      'schema_version',
+      '--mark-done',
+      '--reason',
+      'x',
+    ]);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(
+      /--mark-done decides held in_doubt dead letters only; \d+ is not/,
+    );
+    const done = await jobfleet([
+      'dlq',
+      'discard',
+      ...conn,
+      '--key',
+      booked,
+      '--mark-done',
+      '--reason',
+      'booking 1 is at the carrier',
+      '--initiator',
+      'bob',
+    ]);
+    expect(done.stderr).toBe('');
+    expect(done.stdout).toMatch(/marked done 1 of 1 selected/);
+    await claimState(notBooked, 'completed');
+    expect(await h.claim(booked)).toMatchObject({
+      state: 'completed',
+      result: { markedDoneBy: 'bob', reason: 'booking 1 is at the carrier' },
+    });
+    const { rows } = await h.db.pool.query<{ key: string; action: string; initiator: string }>(
+      'select key, action, initiator from jobfleet_dead_letter_audit order by key',
+    );
+    expect(rows).toEqual([
+      { key: notBooked, action: 'replayed', initiator: 'alice' },
+      { key: booked, action: 'marked_done', initiator: 'bob' },
+    ]);
+    // A later copy of the one marked done is a duplicate: no run, no call.
+    await h.job('d13b', { id: 'd13b-again' });
+    await queueEmpty();
+    expect([down.calls(notBooked), down.calls(booked)]).toEqual([1, 1]);
   });
 
   it('without reconcile, the hold policy quarantines an in-doubt job at once; rerun (the default) books again', async () => {
