@@ -18,8 +18,12 @@ const integration = {
   maxWorkers: 2,
 };
 
-/** Suites of RabbitMQ 4 nodes of their own (a cluster, a broker-wide alarm): they run once, there. */
-const rabbitmq4Only = ['rabbitmq-cluster', 'rabbitmq-alarms', 'private-ca'].map(
+/**
+ * Suites of RabbitMQ 4 nodes of their own (a cluster, a broker-wide alarm), and the in-doubt
+ * soak's short form (on the default quorum queue: its fault matrix runs on both brokers): they
+ * run once, there.
+ */
+const rabbitmq4Only = ['rabbitmq-cluster', 'rabbitmq-alarms', 'private-ca', 'in-doubt-soak'].map(
   (f) => `test/integration/${f}.test.ts`,
 );
 

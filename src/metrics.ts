@@ -32,6 +32,18 @@ export function operatorMetrics(registry = new client.Registry()) {
     labelNames,
     registers: r,
   });
+  const inDoubtHeld = new client.Gauge({
+    name: 'jobfleet_in_doubt_held',
+    help: 'In-doubt jobs held in the quarantine for a person (failure class in_doubt): the JobfleetInDoubtHeld alert',
+    labelNames,
+    registers: r,
+  });
+  const inDoubtDeciding = new client.Gauge({
+    name: 'jobfleet_in_doubt_deciding',
+    help: 'Jobs whose last attempt is in doubt, being decided by the workers now (reconcile, or the policy)',
+    labelNames,
+    registers: r,
+  });
   const deadLetterMaxAge = new client.Gauge({
     name: 'jobfleet_dead_letter_max_age_seconds',
     help: "The JobWorker's spec.deadLetter.maxAgeSeconds, for alert rules to compare against",
@@ -45,7 +57,11 @@ export function operatorMetrics(registry = new client.Registry()) {
     setDeadLetters(
       namespace: string,
       jobworker: string,
-      stats: { quarantined: number; oldestAt: Date | null },
+      stats: {
+        quarantined: number;
+        oldestAt: Date | null;
+        inDoubt?: { deciding: number; held: number };
+      },
       maxAgeSeconds: number,
     ) {
       oldestDeadLetter.set(`${namespace}/${jobworker}`, {
@@ -54,11 +70,19 @@ export function operatorMetrics(registry = new client.Registry()) {
         at: stats.oldestAt?.getTime() ?? null,
       });
       deadLettersQuarantined.set({ namespace, jobworker }, stats.quarantined);
+      inDoubtHeld.set({ namespace, jobworker }, stats.inDoubt?.held ?? 0);
+      inDoubtDeciding.set({ namespace, jobworker }, stats.inDoubt?.deciding ?? 0);
       deadLetterMaxAge.set({ namespace, jobworker }, maxAgeSeconds);
     },
     forgetDeadLetters(namespace: string, jobworker: string) {
       oldestDeadLetter.delete(`${namespace}/${jobworker}`);
-      for (const g of [deadLetterOldestAge, deadLettersQuarantined, deadLetterMaxAge])
+      for (const g of [
+        deadLetterOldestAge,
+        deadLettersQuarantined,
+        deadLetterMaxAge,
+        inDoubtHeld,
+        inDoubtDeciding,
+      ])
         g.remove({ namespace, jobworker });
     },
     oldestAge: new client.Gauge({

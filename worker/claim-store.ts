@@ -86,11 +86,15 @@ const journalColumns = (entries: readonly AckEntry[]) => [
   numberArray(entries.map((e) => e.ackedAt)),
 ];
 
-/** jobfleet_commit's parameters $1..$14: claims, the lease, completions, then the journal's columns. */
+/**
+ * jobfleet_commit_attempts' parameters $1..$15: claims, the lease,
+ * completions, the journal's columns, then the queue a doubt names.
+ */
 const commitColumns = (
   claims: readonly ClaimRequest[],
   completions: readonly Completion[],
   acks: readonly AckEntry[],
+  queue: string | null,
 ) => [
   textArray(claims.map((r) => r.key)),
   textArray(claims.map((r) => r.owner)),
@@ -101,6 +105,7 @@ const commitColumns = (
   textArray(completions.map((c) => c.owner)),
   textArray(completions.map((c) => c.result)),
   ...journalColumns(acks),
+  queue,
 ];
 
 /**
@@ -177,6 +182,8 @@ export class ClaimStore implements RunRecordStore {
   constructor(
     readonly pool: pg.Pool,
     groupCommit: GroupCommitOptions = GROUP_COMMIT,
+    /** the worker's work queue, named by the doubts it records (null: a store that claims nothing) */
+    private readonly queue: string | null = null,
   ) {
     this.ops = new GroupCommit((ops) => this.flush(ops), {
       ...groupCommit,
@@ -255,7 +262,7 @@ export class ClaimStore implements RunRecordStore {
     const query =
       claims.length + completions.length === 0
         ? named('journalAcks', journalColumns(acks))
-        : named('commit', commitColumns(claims, completions, acks));
+        : named('commit', commitColumns(claims, completions, acks, this.queue));
     let rows: CommitRow[];
     for (let tries = 1; ; tries++) {
       try {
@@ -394,7 +401,8 @@ export class ClaimStore implements RunRecordStore {
   }
 
   async releaseForDrain(key: string, owner: string): Promise<boolean> {
-    return ((await this.pool.query(named('releaseForDrain', [key, owner]))).rowCount ?? 0) === 1;
+    const q = named('releaseForDrain', [key, owner, this.queue]);
+    return ((await this.pool.query(q)).rowCount ?? 0) === 1;
   }
 
   /** Gives the claim back marked in doubt (`how`: why); the next attempt decides it first. */
@@ -405,7 +413,7 @@ export class ClaimStore implements RunRecordStore {
     error: string,
     how: 'in_doubt_thrown' | 'timed_out' | 'reconcile_unknown',
   ): Promise<boolean> {
-    const q = named('releaseInDoubt', [key, owner, delaySeconds, error, how]);
+    const q = named('releaseInDoubt', [key, owner, delaySeconds, error, how, this.queue]);
     return ((await this.pool.query(q)).rowCount ?? 0) === 1;
   }
 

@@ -368,6 +368,8 @@ $fn$;
 --               when a running claim is taken over (its owner died mid-run),
 --               or when a run ends in doubt (InDoubt, a timeout, a drain);
 --               cleared once reconcile or the policy lets the handler run;
+--               it names its work queue, so that the operator counts a
+--               JobWorker's doubts when many share one claims database;
 --   steps       the recorded results of ctx.step, by step name.
 -- All nullable and without defaults: adding them rewrites nothing, and
 -- workers of earlier versions, which never write them, go on.
@@ -378,6 +380,9 @@ alter table jobfleet_claims
   add column previous   jsonb,
   add column doubt      jsonb,
   add column steps      jsonb;
+-- the doubts still to decide, by queue, for the operator's count (few rows:
+-- the hot path's completion leaves doubt alone, so it stays a HOT update)
+create index jobfleet_claims_in_doubt on jobfleet_claims ((doubt->>'queue')) where doubt is not null;
 
 -- A held in-doubt job is decided by a person: replayed (re-run), or marked
 -- done without running (its claim completed with who decided and why).
@@ -387,12 +392,13 @@ alter table jobfleet_dead_letter_audit add constraint jobfleet_dead_letter_audit
 
 -- jobfleet_commit_attempts: jobfleet_commit (migration 8: same parameters,
 -- same locking order, same answers) that also keeps the attempts' history
--- above. A claim of a key that ran before (retry, takeover) answers one more
--- column, attempt: {previous, doubt, steps}. A new claim answers nothing, as
--- before, and its insert only adds claimed_at.
+-- above; $15 is the claiming worker's queue. A claim of a key that ran
+-- before (retry, takeover) answers one more column, attempt: {previous,
+-- doubt, steps}. A new claim answers nothing, as before, and its insert only
+-- adds claimed_at.
 create function jobfleet_commit_attempts(
   text[], uuid[], text[], text[], float8, text[], uuid[], jsonb[],
-  text[], text[], text[], text[], integer[], float8[]
+  text[], text[], text[], text[], integer[], float8[], text
 ) returns table (key text, outcome text, attempts integer, throttled integer, last_error text,
                  result jsonb, wait_until timestamptz, first_seen_at timestamptz, attempt jsonb)
 language plpgsql set enable_seqscan = off set plan_cache_mode = force_generic_plan as $fn$
@@ -438,7 +444,7 @@ begin
         doubt       = case when c.state = 'running'
                         then coalesce(c.doubt, jsonb_build_object(
                           'attempt', c.attempts, 'owner', c.owner, 'startedAt', c.claimed_at,
-                          'intent', c.intent, 'how', 'taken_over'))
+                          'intent', c.intent, 'how', 'taken_over', 'queue', $15))
                         else c.doubt end
       where (c.state = 'released' and (c.retry_at is null or c.retry_at <= now()))
          or (c.state = 'running' and c.lease_until < now())
@@ -484,7 +490,7 @@ export const SQL = {
    * ack journal's rows ($9..$14) together; answers only what the worker
    * cannot infer (migration 8), and a retried or taken-over claim's history (migration 9).
    */
-  commit: `select * from jobfleet_commit_attempts($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+  commit: `select * from jobfleet_commit_attempts($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 
   /** $1 keys, $2 owners, $3 lease seconds: the lease keeper's one statement per tick; returns the keys still held. */
   renewBatch: `select * from jobfleet_renew_batch($1, $2, $3)`,
@@ -531,7 +537,7 @@ with cur as (
 select (select throttled from cur) as before, (select count(*) from released)::int as released`,
 
   /**
-   * $1 key, $2 owner. A drain gives the claim back at once and refunds the
+   * $1 key, $2 owner, $3 queue. A drain gives the claim back at once and refunds the
    * attempt: the handler was stopped by a deploy, not by its own failure.
    * An aborted run may have made its call before it stopped: the next
    * attempt decides it first (docs/in-doubt.md).
@@ -541,13 +547,13 @@ select (select throttled from cur) as before, (select count(*) from released)::i
                         attempts = greatest(attempts - 1, 0), ended = 'in_doubt',
                         doubt = coalesce(doubt, jsonb_build_object(
                           'attempt', attempts, 'owner', owner, 'startedAt', claimed_at,
-                          'intent', intent, 'how', 'drained')),
+                          'intent', intent, 'how', 'drained', 'queue', $3::text)),
                         updated_at = now()
                     where key = $1 and owner = $2 and state = 'running'`,
 
   /**
    * $1 key, $2 owner, $3 seconds until the retry may run, $4 error, $5 how
-   * (in_doubt_thrown, timed_out, reconcile_unknown). The run ended without
+   * (in_doubt_thrown, timed_out, reconcile_unknown), $6 queue. The run ended without
    * knowing whether its effect happened: the next attempt decides it before
    * anything runs again. An undecided earlier doubt (reconcile answered
    * unknown) stays the doubt.
@@ -557,7 +563,7 @@ select (select throttled from cur) as before, (select count(*) from released)::i
                        last_error = $4, ended = 'in_doubt',
                        doubt = coalesce(doubt, jsonb_build_object(
                          'attempt', attempts, 'owner', owner, 'startedAt', claimed_at,
-                         'intent', intent, 'how', $5::text)),
+                         'intent', intent, 'how', $5::text, 'queue', $6::text)),
                        updated_at = now()
                    where key = $1 and owner = $2 and state = 'running'`,
 

@@ -245,7 +245,7 @@ class QueueWorker implements Worker {
     pool.on('error', (err) =>
       this.log.warn({ err: compactReason(err.message) }, 'claim store connection error'),
     );
-    this.store = new ClaimStore(pool);
+    this.store = new ClaimStore(pool, undefined, config.queue);
     this.leases = new LeaseKeeper(this.store, config.leaseSeconds, this.now);
     this.journal = new AckJournal(
       this.store,

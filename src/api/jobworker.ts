@@ -736,6 +736,37 @@ export const jobWorkerStatus = z
       })
       .optional()
       .describe('The quarantine, read from the claims database'),
+    inDoubt: z
+      .object({
+        deciding: z
+          .number()
+          .int()
+          .describe(
+            'Jobs whose last attempt is in doubt (its worker died mid-run, it threw InDoubt, it timed out), being decided by the workers now: asking the downstream (reconcile) or about to re-run',
+          ),
+        held: z
+          .number()
+          .int()
+          .describe(
+            'In-doubt jobs held in the quarantine for a person: replay (re-run) or `jobfleet dlq discard --mark-done` (docs/in-doubt.md)',
+          ),
+        heldJobs: z
+          .array(
+            z.object({
+              id: z.number().int().describe('The dead-letter entry id (jobfleet dlq show ID)'),
+              key: z.string().optional().describe('The idempotency key'),
+              reason: z
+                .string()
+                .describe('The attempt in doubt, its recorded intent and the last answer'),
+            }),
+          )
+          .optional()
+          .describe('The oldest held ones (at most 5)'),
+      })
+      .optional()
+      .describe(
+        'Jobs whose outcome is unknown, read from the claims database; absent when there are none',
+      ),
     currentRevision: z.string().optional().describe('The revision running on every replica, ready'),
     updateRevision: z.string().optional().describe('The revision being moved to'),
     history: z

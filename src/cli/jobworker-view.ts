@@ -7,7 +7,7 @@ import type { OperatorWords } from './operator-lease.js';
 
 export interface JobWorkerView {
   metadata: { name: string; namespace?: string; generation?: number };
-  spec?: { rollout?: { analysisSeconds?: number } };
+  spec?: { rollout?: { analysisSeconds?: number }; broker?: { queue?: string } };
   status?: JobWorkerStatus;
 }
 
@@ -100,6 +100,10 @@ export function statusLines(
     lines.push(
       `Dead letters: ${st.deadLetters.quarantined} quarantined${st.deadLetters.oldestDeadLetteredAt ? `, oldest from ${st.deadLetters.oldestDeadLetteredAt}` : ''} (owner ${st.deadLetters.owner ?? '-'})`,
     );
+  if (st.inDoubt)
+    lines.push(
+      `In doubt:    ${st.inDoubt.deciding} being decided, ${st.inDoubt.held} held for a person${st.inDoubt.held ? ` (kubectl jobworker why ${jw.metadata.name} names them)` : ''}`,
+    );
   for (const type of [
     'RolloutBlocked',
     'Degraded',
@@ -182,6 +186,7 @@ export function whyLines(jw: JobWorkerView, operator?: OperatorWords): string[] 
   const out = blockers(jw);
   if (!out.length && !operator?.silent)
     out.push(`Nothing blocks ${jw.metadata.name}: phase ${jw.status?.phase ?? 'Unknown'}.`);
+  out.push(...heldLines(jw));
   // what does not stop the fleet today, but needs a person before it does
   const broker = cond(jw, 'BrokerSettingsSafe');
   if (
@@ -190,6 +195,23 @@ export function whyLines(jw: JobWorkerView, operator?: OperatorWords): string[] 
   )
     out.push(`Warning: broker settings (${broker.reason}): ${broker.message}`);
   return operator?.why ? [operator.why, ...out] : out;
+}
+
+/**
+ * Held in-doubt jobs: they block nothing, but each waits for a person's
+ * decision (docs/in-doubt.md#a-held-job), named with the attempt in doubt
+ * and its intent.
+ */
+function heldLines(jw: JobWorkerView): string[] {
+  const d = jw.status?.inDoubt;
+  if (!d?.held) return [];
+  const queue = jw.spec?.broker?.queue;
+  const listed = d.heldJobs ?? [];
+  return [
+    `Held for a person: ${d.held} in-doubt job${d.held === 1 ? '' : 's'} (docs/in-doubt.md#a-held-job): replay one whose effect did not happen, \`jobfleet dlq discard --id ID --mark-done\` one whose effect did${queue ? ` (jobfleet dlq list --queue ${queue} --class in_doubt)` : ''}.`,
+    ...listed.map((j) => `  #${j.id} ${j.key ?? '(no key)'}: ${j.reason}`),
+    ...(d.held > listed.length ? [`  … and ${d.held - listed.length} more`] : []),
+  ];
 }
 
 /** BrokerSettingsSafe in a few words, then what it says. */

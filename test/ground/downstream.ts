@@ -33,6 +33,8 @@ export interface Downstream {
   afterNext(prefix: string, what: AfterEffect): void;
   /** lookups (GET) answer 503 while true: the downstream cannot tell */
   lookupsDown: boolean;
+  /** a booking is answered this long after it is performed (a slow carrier): the window a kill hits */
+  answerDelayMs: number;
   /** resolves on the next 'booked' whose ref starts with `prefix` */
   nextBooking(prefix: string): Promise<Booking>;
   /** resolves on the next checkpoint `at` of a ref starting with `prefix` */
@@ -46,7 +48,7 @@ export async function startDownstream(host = '127.0.0.1'): Promise<Downstream> {
   const after = new Map<string, AfterEffect>();
   const hung = new Set<http.ServerResponse>();
   let nextId = 1;
-  const d = { lookupsDown: false };
+  const d = { lookupsDown: false, answerDelayMs: 0 };
 
   const server = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://downstream');
@@ -82,6 +84,8 @@ export async function startDownstream(host = '127.0.0.1'): Promise<Downstream> {
         events.emit('booked', booking);
         switch (what) {
           case 'answer':
+            if (d.answerDelayMs > 0)
+              return void setTimeout(() => send(201, booking), d.answerDelayMs);
             return send(201, booking);
           case 'fail':
             return send(500, { error: 'failed after booking' });
@@ -110,6 +114,12 @@ export async function startDownstream(host = '127.0.0.1'): Promise<Downstream> {
     },
     set lookupsDown(v: boolean) {
       d.lookupsDown = v;
+    },
+    get answerDelayMs() {
+      return d.answerDelayMs;
+    },
+    set answerDelayMs(v: number) {
+      d.answerDelayMs = v;
     },
     nextBooking: (prefix) =>
       new Promise((resolve) => {

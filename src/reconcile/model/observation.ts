@@ -119,7 +119,16 @@ export interface DeadLetterInput {
   maxAgeSeconds: number;
   queue: string;
   /** the last read; undefined until one succeeds */
-  stats?: { quarantined: number; oldestAt: Date | null };
+  stats?: {
+    quarantined: number;
+    oldestAt: Date | null;
+    /** jobs whose outcome is unknown (docs/in-doubt.md): being decided, and held for a person */
+    inDoubt?: {
+      deciding: number;
+      held: number;
+      heldJobs: Array<{ id: number; key: string | null; reason: string }>;
+    };
+  };
   /** why the last read failed */
   error?: string;
 }

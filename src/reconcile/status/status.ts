@@ -212,6 +212,7 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     ...(i.operatorLease && { operatorLease: i.operatorLease }),
     ...(i.scaleDown && { lastScaleDown: lastScaleDown(prev.lastScaleDown, i.scaleDown, i.now) }),
     ...(i.deadLetters?.stats && { deadLetters: deadLettersField(i.deadLetters) }),
+    ...(i.deadLetters?.stats?.inDoubt && inDoubtField(i.deadLetters.stats.inDoubt)),
     ...(i.rollout && {
       rollout: i.rollout.rollout,
       lastRollback: i.rollout.lastRollback,
@@ -517,6 +518,21 @@ function deadLettersField(dl: DeadLetterInput): JobWorkerStatus['deadLetters'] {
     quarantined: dl.stats!.quarantined,
     owner: dl.owner,
     ...(oldest ? { oldestDeadLetteredAt: iso(oldest) } : {}),
+  };
+}
+
+/** Jobs whose outcome is unknown; none (undefined) leaves the status as it was before they existed. */
+function inDoubtField(
+  d: NonNullable<NonNullable<DeadLetterInput['stats']>['inDoubt']>,
+): Pick<JobWorkerStatus, 'inDoubt'> | undefined {
+  if (d.deciding === 0 && d.held === 0) return undefined;
+  const heldJobs = d.heldJobs.map((j) => ({
+    id: j.id,
+    ...(j.key !== null && { key: j.key }),
+    reason: j.reason,
+  }));
+  return {
+    inDoubt: { deciding: d.deciding, held: d.held, ...(heldJobs.length > 0 && { heldJobs }) },
   };
 }
 
