@@ -13,6 +13,17 @@ import { spawnBookingWorker, type WorkerProcess } from '../fixtures/spawn-effect
 import { QUEUE, harness, type Harness } from './worker-harness.js';
 import { queueType } from '../ground/index.js';
 import { jobfleet } from '../fixtures/jobfleet-cli.js';
+import { DeadLetterReader } from '../../src/signals/dead-letters.js';
+
+/** What the operator reads of this test's claims database for the queue (status.inDoubt). */
+async function operatorRead() {
+  const reader = new DeadLetterReader();
+  try {
+    return (await reader.read(h.db.url, QUEUE, 0)).inDoubt;
+  } finally {
+    await reader.close();
+  }
+}
 
 let h: Harness;
 let down: Downstream;
@@ -253,6 +264,7 @@ describe('in-doubt fault matrix: one booking per key on a downstream that dedupe
       30_000,
     );
     await claimState(key, 'released'); // given back in doubt, to be asked again
+    expect(await operatorRead()).toEqual({ deciding: 1, held: 0, heldJobs: [] });
     down.lookupsDown = false;
     await claimState(key, 'completed');
     expect(down.calls(key)).toBe(1);
@@ -281,6 +293,12 @@ describe('in-doubt fault matrix: one booking per key on a downstream that dedupe
         ),
       },
     ]);
+    // what the operator puts on the JobWorker: held, named with its reason; none left deciding
+    expect(await operatorRead()).toEqual({
+      deciding: 0,
+      held: 1,
+      heldJobs: [{ id: expect.any(Number), key, reason: rows[0]?.reason }],
+    });
     await new Promise((r) => setTimeout(r, 3000));
     expect(down.calls(key)).toBe(1);
     expect(await h.messages(`${QUEUE}.dlq`)).toBe(1);

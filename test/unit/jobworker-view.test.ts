@@ -116,6 +116,40 @@ describe('kubectl jobworker why', () => {
   });
 });
 
+describe('kubectl jobworker status and why: in-doubt jobs', () => {
+  it('status counts them; why names the held ones with their reasons and says how to decide', () => {
+    const held = {
+      ...jw({
+        phase: 'Healthy',
+        inDoubt: {
+          deciding: 1,
+          held: 7,
+          heldJobs: [
+            {
+              id: 12,
+              key: 'order:42:ship',
+              reason: 'held for a person (…): attempt 1 is in doubt',
+            },
+          ],
+        },
+      }),
+      spec: { broker: { queue: 'orders.ship' } },
+    };
+    expect(statusLines(held)).toContain(
+      'In doubt:    1 being decided, 7 held for a person (kubectl jobworker why invoice-sender names them)',
+    );
+    expect(whyLines(held)).toEqual([
+      'Nothing blocks invoice-sender: phase Healthy.',
+      'Held for a person: 7 in-doubt jobs (docs/in-doubt.md#a-held-job): replay one whose effect did not happen, `jobfleet dlq discard --id ID --mark-done` one whose effect did (jobfleet dlq list --queue orders.ship --class in_doubt).',
+      '  #12 order:42:ship: held for a person (…): attempt 1 is in doubt',
+      '  … and 6 more',
+    ]);
+    expect(whyLines(jw({ phase: 'Healthy', inDoubt: { deciding: 2, held: 0 } }))).toEqual([
+      'Nothing blocks invoice-sender: phase Healthy.',
+    ]);
+  });
+});
+
 describe('kubectl jobworker status and why: is an operator updating it?', () => {
   const now = new Date('2026-12-05T10:00:00Z');
   const where = { namespace: 'jobfleet-system', name: 'jobfleet-operator' };

@@ -280,6 +280,38 @@ describe('status', () => {
     });
   });
 
+  it('counts in-doubt jobs being decided and held, naming the oldest held; none leaves status as it was', () => {
+    const read = (inDoubt?: { deciding: number; held: number; heldJobs: never[] | object[] }) =>
+      computeStatus({
+        ...base,
+        deployment: undefined,
+        deadLetters: {
+          owner: 'team',
+          maxAgeSeconds: 3600,
+          queue: 'q',
+          stats: {
+            quarantined: 1,
+            oldestAt: null,
+            ...(inDoubt && { inDoubt: inDoubt as never }),
+          },
+        },
+      });
+    expect(
+      read({
+        deciding: 2,
+        held: 1,
+        heldJobs: [{ id: 7, key: 'order:42:ship', reason: 'held for a person …' }],
+      }).inDoubt,
+    ).toEqual({
+      deciding: 2,
+      held: 1,
+      heldJobs: [{ id: 7, key: 'order:42:ship', reason: 'held for a person …' }],
+    });
+    expect(read({ deciding: 3, held: 0, heldJobs: [] }).inDoubt).toEqual({ deciding: 3, held: 0 });
+    expect(read({ deciding: 0, held: 0, heldJobs: [] })).not.toHaveProperty('inDoubt');
+    expect(read()).not.toHaveProperty('inDoubt');
+  });
+
   it('a rollback draining revision 2 at 0 replicas has not rolled out revision 1', () => {
     const s = computeStatus({
       ...base,
