@@ -370,7 +370,9 @@ $fn$;
 --               cleared once reconcile or the policy lets the handler run;
 --               it names its work queue, so that the operator counts a
 --               JobWorker's doubts when many share one claims database;
---   steps       the recorded results of ctx.step, by step name.
+--   steps       the recorded results of ctx.step: step name → the list of its
+--               results, appended, never replaced: one entry, unless a step
+--               ran twice (jobfleet verify checks that none did).
 -- All nullable and without defaults: adding them rewrites nothing, and
 -- workers of earlier versions, which never write them, go on.
 alter table jobfleet_claims
@@ -577,9 +579,14 @@ select (select throttled from cur) as before, (select count(*) from released)::i
                updated_at = now()
            where key = $1 and owner = $2 and state = 'running'`,
 
-  /** $1 key, $2 owner, $3 step name, $4 its result (jsonb). Fenced; the step's intent is spent. */
+  /**
+   * $1 key, $2 owner, $3 step name, $4 its result (jsonb). Fenced; the
+   * step's intent is spent. Appended to the step's list of results, so that
+   * a step that ran twice shows (jobfleet verify: one-result-per-step).
+   */
   recordStep: `update jobfleet_claims
-               set steps = coalesce(steps, '{}'::jsonb) || jsonb_build_object($3::text, $4::jsonb),
+               set steps = coalesce(steps, '{}'::jsonb) || jsonb_build_object(
+                     $3::text, coalesce(steps -> $3::text, '[]'::jsonb) || jsonb_build_array($4::jsonb)),
                    intent = null, updated_at = now()
                where key = $1 and owner = $2 and state = 'running'`,
 

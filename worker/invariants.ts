@@ -32,6 +32,9 @@ export interface VerifyOptions {
   extra?: Invariant[];
 }
 
+/** Violating rows shown per invariant. */
+const SAMPLE = 20;
+
 /** A claim still `running` this long after its last update, over the ceiling, is stuck, not mid-dead-lettering. */
 const STUCK_SECONDS = 60;
 
@@ -103,7 +106,35 @@ where status = 'quarantined'
     or (coalesce(key, '') = '' and failure_class in ('permanent', 'attempts_exhausted')))`,
     fix: 'the entry cannot be replayed as it is: inspect it with `jobfleet dlq show`, then replay with an edit and a reason, or discard with a reason',
   },
+  {
+    name: 'one-result-per-step',
+    claim: 'no key has two recorded results for one ctx.step (a step runs once per key)',
+    sql: `select c.key, s.step, jsonb_array_length(s.results) as results
+from jobfleet_claims c, jsonb_each(c.steps) as s(step, results)
+where c.steps is not null and jsonb_typeof(s.results) = 'array' and jsonb_array_length(s.results) > 1`,
+    fix: 'a step ran twice for one key: two workers held its claim at once (a clock or lease fault) — look up both effects at the downstream; keep JOBFLEET_LEASE_SECONDS well above the downstream timeout',
+  },
 ];
+
+/** Held in-doubt jobs: not a violation, each waits for a person (docs/in-doubt.md#a-held-job). */
+export const HELD_IN_DOUBT_SQL = `select id, key, reason, dead_lettered_at
+from jobfleet_dead_letters
+where status = 'quarantined' and failure_class = 'in_doubt'
+order by dead_lettered_at, id`;
+
+/** The held in-doubt jobs (the first `limit`) and how many there are. */
+export async function heldInDoubt(
+  db: Pick<pg.Pool, 'query'>,
+  limit = SAMPLE,
+): Promise<{ count: number; sample: Record<string, unknown>[] }> {
+  const { rows: count } = await db.query<{ n: string }>(
+    `select count(*) as n from (${HELD_IN_DOUBT_SQL}) v`,
+  );
+  const { rows: sample } = await db.query<Record<string, unknown>>(
+    `select * from (${HELD_IN_DOUBT_SQL}) v limit ${limit}`,
+  );
+  return { count: Number(count[0]?.n ?? 0), sample };
+}
 
 /** A SQL identifier, optionally schema-qualified, quoted part by part. */
 function quoteIdent(name: string): string {
@@ -156,8 +187,6 @@ where e.key is null or e.effects > 1
     fix: 'more than one effect: the side effect ran outside the claim (a handler writing through another connection, or a second consumer without jobfleet); an effect without a claim: written by something else, or its claim was swept (pass --effects-time-column); a claim without an effect: the handler completed without writing it',
   };
 }
-
-const SAMPLE = 20;
 
 /** Runs every invariant; `db` is a client or pool whose search_path reaches the jobfleet tables. */
 export async function checkInvariants(

@@ -6,6 +6,7 @@ import pg from 'pg';
 import {
   checkInvariants,
   effectsInvariant,
+  heldInDoubt,
   terminalKeyCount,
   type InvariantResult,
 } from '../../worker/invariants.js';
@@ -127,9 +128,14 @@ async function verifyClaims(db: pg.Client, o: VerifyValues, s: VerifySettings): 
       ),
     );
   const terminal = await terminalKeyCount(db);
+  const held = await heldInDoubt(db);
   const failed = results.filter((r) => r.violations > 0);
-  if (o.json) console.log(JSON.stringify({ terminalKeys: terminal, results }, null, 2));
-  else print(redactUrl(s.claimsUrl), o.schema, terminal, results);
+  if (o.json)
+    console.log(JSON.stringify({ terminalKeys: terminal, results, heldInDoubt: held }, null, 2));
+  else {
+    print(redactUrl(s.claimsUrl), o.schema, terminal, results);
+    printHeld(held);
+  }
   return failed.length ? 1 : 0;
 }
 
@@ -207,6 +213,18 @@ function print(
       ? `${failed} of ${results.length} invariants violated`
       : `all ${results.length} invariants hold`,
   );
+}
+
+/** Held in-doubt jobs: no invariant is broken, but each waits for a person's decision. */
+function printHeld(held: { count: number; sample: Record<string, unknown>[] }): void {
+  if (!held.count) return;
+  console.log(
+    `\n${held.count} in-doubt job${held.count === 1 ? '' : 's'} held for a person (docs/in-doubt.md#a-held-job: replay, or jobfleet dlq discard --id ID --mark-done):`,
+  );
+  for (const r of held.sample)
+    console.log(`  #${String(r.id)} ${String(r.key)}: ${String(r.reason)}`);
+  if (held.count > held.sample.length)
+    console.log(`  … and ${held.count - held.sample.length} more`);
 }
 
 function indent(text: string, pad: string): string {

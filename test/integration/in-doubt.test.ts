@@ -178,6 +178,20 @@ describe('in-doubt fault matrix: one booking per key on a downstream that dedupe
       hotel: { bookingId: ids.hotel },
       car: { bookingId: ids.car },
     });
+    // jobfleet verify: each step has one recorded result; a second one (a step run twice) fails it
+    const verify = () => jobfleet(['verify', '--claims-url', h.db.url]);
+    const ok = await verify();
+    expect(ok.stdout).toMatch(/^ok {3}one-result-per-step: /m);
+    expect(ok.code).toBe(0);
+    await h.db.pool.query(
+      `update jobfleet_claims set steps = jsonb_set(steps, '{hotel}', steps->'hotel' || '[{"bookingId": 99}]')
+       where key = $1`,
+      [key],
+    );
+    const twice = await verify();
+    expect(twice.code).toBe(1);
+    expect(twice.stdout).toMatch(/^FAIL one-result-per-step: /m);
+    expect(twice.stdout).toContain(JSON.stringify({ key, step: 'hotel', results: 2 }));
   });
 
   it('frozen (SIGSTOP) past its lease before ctx.intend, resumed after another worker completed the key: its intend is refused and it makes no call', async () => {
@@ -299,6 +313,12 @@ describe('in-doubt fault matrix: one booking per key on a downstream that dedupe
       held: 1,
       heldJobs: [{ id: expect.any(Number), key, reason: rows[0]?.reason }],
     });
+    // jobfleet verify lists it, held, and passes: nothing is broken, a person must decide
+    const verify = await jobfleet(['verify', '--claims-url', h.db.url]);
+    expect(verify.code).toBe(0);
+    expect(verify.stdout).toMatch(
+      new RegExp(`1 in-doubt job held for a person[^\\n]*\\n  #\\d+ ${key}: held for a person`),
+    );
     await new Promise((r) => setTimeout(r, 3000));
     expect(down.calls(key)).toBe(1);
     expect(await h.messages(`${QUEUE}.dlq`)).toBe(1);

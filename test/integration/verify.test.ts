@@ -86,7 +86,7 @@ describe('jobfleet verify', () => {
     expect(text.code).toBe(0);
     expect(text.stdout).toContain('ok   one-terminal-result-per-key');
     expect(text.stdout).toMatch(/having count\(\*\) > 1\n\s+→ 0 violating rows/);
-    expect(text.stdout).toContain('all 4 invariants hold');
+    expect(text.stdout).toContain('all 5 invariants hold');
     expect(text.stdout).not.toContain('s3cret-pw');
     expect(text.stdout).toContain('postgres://postgres:***@');
   });

@@ -85,7 +85,7 @@ describe('readHistory', () => {
         ended: 'in_doubt',
       },
       doubt: { attempt: 2, owner: 'o-2', intent: { value: 'x' }, how: 'timed_out' },
-      steps: { flight: { id: 1 } },
+      steps: { flight: [{ id: 1 }], hotel: [{ id: 2 }, { id: 3 }], car: { id: 4 } },
     });
     expect(h.previous).toEqual({
       attempt: 2,
@@ -97,7 +97,8 @@ describe('readHistory', () => {
       error: null,
     });
     expect(h.doubt).toMatchObject({ attempt: 2, intent: 'x', step: null, cause: 'timed_out' });
-    expect(h.steps).toEqual({ flight: { id: 1 } });
+    // the first result recorded is the step's; a value not in the list form is not read
+    expect(h.steps).toEqual({ flight: { id: 1 }, hotel: { id: 2 } });
   });
 
   it('leaves out what it cannot read', () => {

@@ -81,7 +81,12 @@ export function readHistory(column: unknown): AttemptHistory {
   const h = obj(column);
   const p = obj(h?.previous);
   const d = obj(h?.doubt);
-  const steps = obj(h?.steps) ?? {};
+  // each step's results, in the order recorded: the first is the step's (a second is a fault verify reports)
+  const steps = Object.fromEntries(
+    Object.entries(obj(h?.steps) ?? {})
+      .filter(([, v]) => Array.isArray(v) && v.length > 0)
+      .map(([name, v]) => [name, (v as unknown[])[0]]),
+  );
   const history: AttemptHistory = { steps };
   if (p && typeof p.attempt === 'number') {
     const end = str(p.ended);
