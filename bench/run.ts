@@ -17,20 +17,28 @@ import {
 } from './scaling-sim.js';
 import { renderClaimSection, runClaimBench } from './claim-latency.js';
 import { renderStatusWriteSection, runStatusWriteBench } from './status-write-cost.js';
-import { renderWorkerSection } from './worker-report.js';
+import { renderInDoubtCostSection, renderWorkerSection } from './worker-report.js';
 import { runWorkerBench, workerBenchOptions } from './worker-throughput.js';
 
 const only = process.env.BENCH;
 
 if (!only || only === 'worker') {
   const args = process.argv.slice(2);
-  const r = await runWorkerBench(workerBenchOptions(args));
+  const opts = workerBenchOptions(args);
+  const r = await runWorkerBench(opts);
   const cmd = `make bench BENCH=worker${args.length ? ` BENCH_ARGS="${args.join(' ')}"` : ''}`;
-  writeSection(
-    'worker',
-    `${header('Worker throughput: jobfleet vs raw amqplib and peer queue libraries', cmd)}
+  if (opts.inDoubt)
+    writeSection(
+      'worker-in-doubt',
+      `${header('What in-doubt handling costs a job: a reconcile, ctx.intend, ctx.step', cmd)}
+${renderInDoubtCostSection(r)}`,
+    );
+  else
+    writeSection(
+      'worker',
+      `${header('Worker throughput: jobfleet vs raw amqplib and peer queue libraries', cmd)}
 ${renderWorkerSection(r)}`,
-  );
+    );
 }
 if (!only || only === 'claims') {
   const r = await runClaimBench({ quick: process.argv.includes('--quick') });

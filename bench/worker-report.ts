@@ -15,6 +15,12 @@ export interface WorkerBenchOptions {
   /** run only these systems (dev runs); raw is always kept, the ratios need it */
   only?: SystemId[];
   match?: string;
+  /**
+   * --in-doubt: instead of the peer table, what in-doubt handling costs a
+   * job (a handler with a reconcile, ctx.intend, ctx.step) against the same
+   * no-op handler, side by side in each repetition (its own section)
+   */
+  inDoubt?: boolean;
 }
 
 export interface Latency {
@@ -179,5 +185,38 @@ How the figures are taken:
   statements: pg_stat_statements is installed but not preloaded here, and loading it needs a server restart; a
   transaction is one autocommit statement or one BEGIN … COMMIT block. Rows written: tup_inserted + tup_updated +
   tup_deleted, likewise. "—": the system does not use PostgreSQL.
+`;
+}
+
+/** The in-doubt section (make bench BENCH=worker BENCH_ARGS=--in-doubt): each row against the plain handler, run by run. */
+export function renderInDoubtCostSection(r: WorkerBenchResult): string {
+  const base = r.rows.find((x) => x.system === 'jobfleet' && x.config === 'prefetch 64');
+  const rows = r.rows.filter((x) => x.system === 'jobfleet');
+  if (!base) return 'The baseline row (jobfleet, prefetch 64) did not run.';
+  const f = (n: number | undefined, d = 2) =>
+    n === undefined || !Number.isFinite(n) ? '—' : n.toFixed(d);
+  const ratios = (x: ResultRow) =>
+    x.perRun.map((p, i) => p.jobsPerSec / (base.perRun[i]?.jobsPerSec ?? NaN));
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
+  const lines = rows.map((x) => {
+    const rs = ratios(x);
+    return `| ${x.config} | ${x.perRun.map((p) => Math.round(p.jobsPerSec)).join(', ')} | ${Math.round(x.jobsPerSec)} | ${rs.map((v) => f(v, 3)).join(', ')} | **${f(median(rs), 3)}** | ${f(x.cpuMsPer1k, 0)} | ${f(x.pgTransactionsPerJob)} | ${f(x.pgRowsPerJob)} | ${f(x.pgRowsPerJob === undefined || base.pgRowsPerJob === undefined ? undefined : x.pgRowsPerJob - base.pgRowsPerJob)} |`;
+  });
+  return `${r.opts.jobs} no-op jobs per run on the machine's RabbitMQ (classic queue), one worker process, prefetch 64;
+${r.opts.runs} repetitions, the rows interleaved in each, in reverse order every other repetition. "vs plain" is a row's jobs/s over the plain handler's in the same
+repetition: each repetition's ratio, then their median. The handlers: \`plain\` returns at once; \`with a reconcile\` is the
+same handler with a \`reconcile\` beside it, never called (no attempt is in doubt); \`ctx.intend\` records an intent
+first; \`2 ctx.step\` runs two steps (each records its start and its result).
+
+| handler | jobs/s per run | median jobs/s | vs plain per run | vs plain (median) | worker CPU ms / 1k jobs | PostgreSQL transactions / job | rows written / job | extra row writes / job |
+|---|---|---:|---|---:|---:|---:|---:|---:|
+${lines.join('\n')}
+
+- The plain row alone ran at ${Math.round(Math.min(...base.perRun.map((p) => p.jobsPerSec)))}–${Math.round(Math.max(...base.perRun.map((p) => p.jobsPerSec)))} jobs/s across the
+  repetitions: a ratio's run-to-run spread is of that order, and a difference of a few per cent between two rows is
+  within it.
+- Rows written count every heap tuple inserted or updated (\`pg_stat_database\`), as the peer table does; an update of
+  the claim row (ctx.intend, a step's start or result) is a write of its own and, outside group commit, a statement
+  and a transaction of its own.
 `;
 }

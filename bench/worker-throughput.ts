@@ -53,6 +53,7 @@ export function workerBenchOptions(argv: string[]): WorkerBenchOptions {
       match: { type: 'string' },
       'heap-jobs': { type: 'string' },
       quick: { type: 'boolean', default: false },
+      'in-doubt': { type: 'boolean', default: false },
     },
   });
   const num = (v: unknown, dflt: number) => (typeof v === 'string' ? Number(v) : dflt);
@@ -64,7 +65,10 @@ export function workerBenchOptions(argv: string[]): WorkerBenchOptions {
     heapJobs: num(o['heap-jobs'], o.quick ? 20_000 : 500_000),
     only: typeof o.only === 'string' ? (o.only.split(',') as SystemId[]) : undefined,
     match: typeof o.match === 'string' ? o.match : undefined,
+    inDoubt: o['in-doubt'] === true,
   };
+  // the in-doubt rows are throughput only: no latency or heap run
+  if (opts.inDoubt) opts.heapJobs = 0;
   if (!(opts.jobs > 0 && opts.runs > 0 && opts.rate > 0 && opts.latencySeconds >= 2))
     throw new Error('--jobs, --runs and --rate must be positive, --latency-seconds at least 2');
   if (!(opts.heapJobs === 0 || opts.heapJobs >= 10))
@@ -131,6 +135,33 @@ const ROWS: Row[] = [
       rabbitmq4: type,
     })),
   ),
+];
+
+/**
+ * --in-doubt: the plain no-op handler beside the same handler with what
+ * in-doubt handling adds (docs/in-doubt.md), on the machine's broker.
+ */
+const IN_DOUBT_ROWS: Row[] = [
+  { system: 'raw', config: 'prefetch 64', options: { prefetch: 64 }, processes: 1 },
+  { system: 'jobfleet', config: 'prefetch 64', options: { prefetch: 64 }, processes: 1 },
+  {
+    system: 'jobfleet',
+    config: 'prefetch 64, with a reconcile (never called)',
+    options: { prefetch: 64, reconcile: 1 },
+    processes: 1,
+  },
+  {
+    system: 'jobfleet',
+    config: 'prefetch 64, ctx.intend before its call',
+    options: { prefetch: 64, intend: 1 },
+    processes: 1,
+  },
+  {
+    system: 'jobfleet',
+    config: 'prefetch 64, 2 ctx.step',
+    options: { prefetch: 64, steps: 2 },
+    processes: 1,
+  },
 ];
 
 /** The services a row consumes from: the machine's broker, or RabbitMQ 4 with the row's queue type. */
@@ -348,7 +379,7 @@ async function postgresDurability(pgUrl: string): Promise<string> {
 async function availableRows(opts: WorkerBenchOptions, services: Services, rabbitmq4: boolean) {
   const skipped: WorkerBenchResult['skipped'] = [];
   const rows: Row[] = [];
-  for (const row of ROWS) {
+  for (const row of opts.inDoubt ? IN_DOUBT_ROWS : ROWS) {
     if (opts.only && row.system !== 'raw' && !opts.only.includes(row.system)) continue;
     if (opts.match && row.system !== 'raw' && !label(row).includes(opts.match)) continue;
     const why =
@@ -448,10 +479,13 @@ async function measure(
     console.error(`${label(row)}: empty run, ${m.pg.transactions} transactions`);
   }
   // Runs interleaved (every row, then every row again) so that a noisy
-  // minute on a shared machine spreads over all systems.
+  // minute on a shared machine spreads over all systems. The in-doubt rows
+  // are compared with each other to a few per cent: their order is reversed
+  // every other repetition, so that no row always follows the same one (in
+  // one order, the second row read 9 % slower in all 3 runs).
   const runs = new Map<Row, Measured[]>(rows.map((r) => [r, []]));
   for (let i = 0; i < opts.runs; i++) {
-    for (const row of rows) {
+    for (const row of opts.inDoubt && i % 2 ? [...rows].reverse() : rows) {
       const m = await attempt(row, `run ${i + 1}`, () =>
         throughputOnce(row, opts.jobs, rowServices(row, services, found.rabbitmq4), db),
       );

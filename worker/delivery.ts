@@ -10,7 +10,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { retryDelayMs, tierFor } from './backoff.js';
 import { DELIVERY_LIMIT } from './topology.js';
-import type { AckEntry, ClaimStore, DeadLetterRecord } from './claim-store.js';
+import type { AckEntry, ClaimOutcome, ClaimStore, DeadLetterRecord } from './claim-store.js';
 import type { LeaseKeeper } from './lease-keeper.js';
 import type { Contract } from './contract.js';
 import { compactReason, decodeDelivery, type Envelope, type FailureClass } from './envelope.js';
@@ -28,7 +28,6 @@ import {
   InDoubt,
   resolveDoubt,
   RunRecord,
-  type AttemptHistory,
   type Doubt,
   type InDoubtPolicy,
   type PreviousAttempt,
@@ -379,17 +378,11 @@ interface RunTx {
   onError?: (err: Error) => void;
 }
 
-/** A claim this worker took, as its run needs it. */
-interface Claimed {
-  owner: string;
-  attempts: number;
-  throttled: number;
-  lastError: string | null;
-  firstSeenAt: Date;
-  history: AttemptHistory;
-  /** local time just before the claim's statement was sent: the lease holds from then on */
-  claimedAt: number;
-}
+/**
+ * A claim this worker took (new, retry or takeover), with `claimedAt`: local
+ * time just before the claim's statement was sent, from which its lease holds.
+ */
+type Claimed = Extract<ClaimOutcome, { owner: string }> & { claimedAt: number };
 
 async function run(
   msg: ConsumeMessage,

@@ -2,7 +2,12 @@
 // path per job is decode → claim (PostgreSQL) → handler → record → ack. The
 // claim store lives in a fresh schema of the bench database.
 import pino from 'pino';
-import { createWorker, type Worker } from '../../worker/index.js';
+import {
+  createWorker,
+  type Handler,
+  type HandlerDefinition,
+  type Worker,
+} from '../../worker/index.js';
 import { createSchema } from '../../test/ground/postgres.js';
 import { amqpQueue, JOB_TYPE, KEY_RULE, QUEUE } from './amqp-queue.js';
 import { packageVersion, repoRoot, type BenchJob, type System } from './system.js';
@@ -37,12 +42,7 @@ export const system: System = {
       open: () => {
         worker = createWorker({
           contract: { keyRule: KEY_RULE, schemaVersions: [1] },
-          handlers: {
-            [JOB_TYPE]: (job) => {
-              hooks.started(job.payload as BenchJob);
-              return Promise.resolve(null);
-            },
-          },
+          handlers: { [JOB_TYPE]: benchHandler(options, hooks) },
           logger: pino({ level: 'silent' }),
           handleSignals: false,
           // 'completed' is reported after the record is committed and the message acked.
@@ -70,3 +70,23 @@ export const system: System = {
     };
   },
 };
+
+/**
+ * The no-op handler, or (the in-doubt rows: bench/worker-throughput.ts) the
+ * same with a reconcile beside it, an intent recorded first, or N steps.
+ */
+function benchHandler(
+  options: Record<string, number>,
+  hooks: { started(job: BenchJob): void },
+): HandlerDefinition {
+  const run: Handler = async (job, ctx) => {
+    hooks.started(job.payload as BenchJob);
+    if (options.intend) await ctx.intend({ ref: job.key });
+    for (let i = 1; i <= (options.steps ?? 0); i++)
+      await ctx.step(`step-${i}`, () => Promise.resolve(i));
+    return null;
+  };
+  return options.reconcile
+    ? { run, reconcile: () => Promise.resolve({ outcome: 'not_done' }) }
+    : { run };
+}

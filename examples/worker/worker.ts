@@ -7,8 +7,21 @@
 // answers 429 with Retry-After when more than CARRIER_MAX_CONCURRENCY calls
 // are in flight in this process (default: no limit). CARRIER_REJECT_EVERY=N
 // makes it refuse one order in N for good (the demo's faulty revision).
+//
+// CARRIER_URL names a real carrier instead: one that dedupes nothing (every
+// POST /bookings books) and answers GET /bookings?ref= with what it booked
+// under our reference. Its handler records its intent before the call and
+// reconciles before any re-run (docs/in-doubt.md): a worker killed mid-call
+// is followed by a lookup, not a second booking.
 import { createHash } from 'node:crypto';
-import { createWorker, Permanent, Throttled } from '../../worker/index.js';
+import {
+  createWorker,
+  InDoubt,
+  Permanent,
+  Throttled,
+  type HandlerDefinition,
+  type Job,
+} from '../../worker/index.js';
 
 const latencyMs = Number(process.env.CARRIER_LATENCY_MS ?? 100);
 const maxConcurrency = Number(process.env.CARRIER_MAX_CONCURRENCY ?? Infinity);
@@ -41,18 +54,64 @@ async function carrierShip(order: ShipOrder, idempotencyKey: string, signal: Abo
   }
 }
 
+/** Our reference at the carrier: the same for every attempt of the key. */
+const referenceOf = (job: Job) => `jobfleet-${job.key}`;
+
+/** A carrier that takes no idempotency key, at `url`: looked up by our reference before any re-run. */
+function bookingCarrier(url: string): HandlerDefinition {
+  return {
+    run: async (job, ctx) => {
+      const ref = referenceOf(job);
+      const details = { orderId: (job.payload as ShipOrder).orderId };
+      await ctx.intend({ ref }); // durable before the call; ClaimLost if the claim is not ours
+      let res: Response;
+      try {
+        res = await fetch(`${url}/bookings`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ ref, details }),
+          signal: ctx.signal,
+        });
+      } catch (err) {
+        throw new InDoubt(`booking ${ref}: ${(err as Error).message}`, { cause: err });
+      }
+      const throttled = Throttled.fromResponse(res);
+      if (throttled) throw throttled;
+      if (!res.ok) throw new Error(`carrier answered ${res.status}`);
+      return { bookingId: ((await res.json()) as { id: number }).id };
+    },
+    reconcile: async (job, ctx) => {
+      const ref = referenceOf(job);
+      const res = await fetch(`${url}/bookings?ref=${encodeURIComponent(ref)}`, {
+        signal: ctx.signal,
+      });
+      if (!res.ok) return { outcome: 'unknown', reason: `lookup answered ${res.status}` };
+      const found = (await res.json()) as Array<{ id: number }>;
+      if (found.length === 0) return { outcome: 'not_done' };
+      if (found.length > 1)
+        return { outcome: 'conflict', reason: `${found.length} bookings under ${ref}` };
+      return { outcome: 'done', result: { bookingId: found[0]?.id } };
+    },
+  };
+}
+
+const carrierUrl = process.env.CARRIER_URL;
+
 const worker = createWorker({
   // The contract this code implements, stated here and never read from the
   // environment: a JobWorker whose spec.contract differs (JOBFLEET_KEY_RULE,
   // JOBFLEET_SCHEMA_VERSIONS) makes the worker refuse to start, naming both.
   contract: { keyRule: 'order:{orderId}:ship', schemaVersions: [1, 2] },
   handlers: {
-    'order.ship': async (job, ctx) => {
-      const order = job.payload as ShipOrder;
-      if ((order.qty ?? 1) < 0) throw new Permanent(`order ${order.orderId} has qty ${order.qty}`);
-      // The idempotency key goes to the carrier: a retried call ships once.
-      return carrierShip(order, ctx.key, ctx.signal);
-    },
+    'order.ship': carrierUrl
+      ? bookingCarrier(carrierUrl)
+      : async (job, ctx) => {
+          const order = job.payload as ShipOrder;
+          if ((order.qty ?? 1) < 0)
+            throw new Permanent(`order ${order.orderId} has qty ${order.qty}`);
+          // The idempotency key goes to the carrier: a retried call ships once.
+          return carrierShip(order, ctx.key, ctx.signal);
+        },
   },
 });
 await worker.start();

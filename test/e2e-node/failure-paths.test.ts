@@ -8,7 +8,9 @@ import amqp from 'amqplib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { produce } from '../../examples/worker/producer.js';
 import type { KubeClient, KubeObject } from '../../src/kube/client.js';
+import { publish } from '../../worker/index.js';
 import { topology } from '../../worker/topology.js';
+import { startDownstream } from '../ground/downstream.js';
 import { eventually } from '../ground/eventually.js';
 import type { PgSchema } from '../ground/postgres.js';
 import type { RabbitVhost } from '../ground/rabbit.js';
@@ -282,6 +284,112 @@ describe('on a real node, when things go wrong', () => {
       180_000,
       1000,
     );
+  });
+
+  it('a worker SIGKILLed on the node mid-booking, as the OOM killer or a crash would: the kubelet restarts it, the in-doubt booking is reconciled, not repeated', async () => {
+    // A carrier that dedupes nothing, which the example worker books on (CARRIER_URL), reached
+    // from the pod through the node's proxy; it performs the booking and never answers.
+    const carrier = await startDownstream();
+    try {
+      const queue = 'orders.carrier';
+      const work = topology({
+        queue,
+        deadLetterQueue: `${queue}.dlq`,
+        queueType: 'quorum',
+        initialDelaySeconds: 1,
+        maxDelaySeconds: 600,
+        brokerMajor: 4,
+      }).work;
+      await applyJw('carrier', {
+        broker: {
+          urlSecretRef: { name: 'rabbitmq', key: 'url' },
+          managementUrlSecretRef: { name: 'rabbitmq-management', key: 'url' },
+          queue,
+        },
+        claims: { urlSecretRef: { name: 'claims-db', key: 'url' }, leaseSeconds: 10 },
+        scaling: { minReplicas: 1, maxReplicas: 1 },
+        template: {
+          spec: {
+            imagePullSecrets: [{ name: 'registry' }],
+            containers: [
+              {
+                name: 'worker',
+                env: [{ name: 'CARRIER_URL', value: await ground.expose(carrier.url) }],
+              },
+            ],
+          },
+        },
+      });
+      const [pod] = await eventually(
+        'a Ready carrier worker',
+        async () => {
+          const ready = await readyPods('carrier');
+          return ready.length === 1 ? ready : undefined;
+        },
+        180_000,
+        1000,
+      );
+      const key = 'order:k-1:ship';
+      const ref = `jobfleet-${key}`;
+      carrier.afterNext(ref, 'hang');
+      const booked = carrier.nextBooking(ref);
+      const conn = await amqp.connect(rabbit.amqpUrl);
+      try {
+        const ch = await conn.createConfirmChannel();
+        await ch.assertQueue(work.name, work.options);
+        await publish(ch, queue, {
+          type: 'order.ship',
+          schemaVersion: 1,
+          payload: { orderId: 'k-1' },
+          keyRule: 'order:{orderId}:ship',
+        });
+      } finally {
+        await conn.close();
+      }
+      await booked;
+      // The container's process, from the node: its task's PID in containerd, then SIGKILL.
+      const statuses = (pod!.status as { containerStatuses?: Array<{ containerID?: string }> })
+        .containerStatuses;
+      const id = statuses?.[0]?.containerID?.replace(/^containerd:\/\//, '');
+      const task = (await ground.ctr('task', 'ls')).split('\n').find((l) => id && l.startsWith(id));
+      const pid = Number(task?.split(/\s+/)[1]);
+      expect(pid).toBeGreaterThan(1);
+      process.kill(pid, 'SIGKILL');
+      const restarted = await eventually(
+        'the kubelet restarted the container',
+        async () => {
+          const p = await client.get<Pod>('v1', 'Pod', NS, pod!.metadata.name);
+          const st = (p.status as { containerStatuses?: Array<{ restartCount?: number }> })
+            .containerStatuses?.[0];
+          return (st?.restartCount ?? 0) >= 1 ? st : undefined;
+        },
+        120_000,
+        1000,
+      );
+      expect(restarted.restartCount).toBe(1);
+      // Its claim runs out (10 s), the restarted worker takes it over, asks the carrier, records.
+      const claim = await eventually(
+        'the booking recorded',
+        async () => {
+          const { rows } = await db.pool.query<{
+            state: string;
+            result: unknown;
+            takeovers: number;
+          }>('select state, result, takeovers from jobfleet_claims where key = $1', [key]);
+          return rows[0]?.state === 'completed' ? rows[0] : undefined;
+        },
+        120_000,
+        1000,
+      );
+      expect(carrier.calls(ref)).toBe(1);
+      expect(claim).toEqual({
+        state: 'completed',
+        result: { bookingId: carrier.bookings()[0]!.id },
+        takeovers: 1,
+      });
+    } finally {
+      await carrier.close();
+    }
   });
 
   /**

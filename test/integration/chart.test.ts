@@ -257,6 +257,7 @@ describe('the Helm chart, rendered', () => {
       'JobfleetRolloutBlocked',
       'JobfleetCappedByDownstream',
       'JobfleetBrokerSettingsUnsafe',
+      'JobfleetInDoubtHeld',
       'JobfleetReconcileErrors',
     ]);
     expect(rules[0]!.for).toBe('20m');
@@ -366,7 +367,7 @@ describe('the Helm chart, rendered', () => {
       path.join(dir, 'alerts_test.yaml'),
     );
     const check = await run('promtool', ['check', 'rules', path.join(dir, 'rules.yaml')]);
-    expect(check.stdout).toContain('SUCCESS: 7 rules found');
+    expect(check.stdout).toContain('SUCCESS: 8 rules found');
     const test = await run('promtool', ['test', 'rules', path.join(dir, 'alerts_test.yaml')]);
     expect(test.stdout).toContain('SUCCESS');
   });
