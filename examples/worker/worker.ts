@@ -95,7 +95,8 @@ function bookingCarrier(url: string): HandlerDefinition {
   };
 }
 
-const carrierUrl = process.env.CARRIER_URL;
+// (a trailing slash, as URL.toString() writes one, is not part of the paths below)
+const carrierUrl = process.env.CARRIER_URL?.replace(/\/+$/, '');
 
 const worker = createWorker({
   // The contract this code implements, stated here and never read from the

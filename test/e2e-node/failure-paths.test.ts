@@ -331,8 +331,7 @@ describe('on a real node, when things go wrong', () => {
       );
       const key = 'order:k-1:ship';
       const ref = `jobfleet-${key}`;
-      carrier.afterNext(ref, 'hang');
-      const booked = carrier.nextBooking(ref);
+      carrier.afterNext(ref, 'hang'); // booked, never answered: the worker is mid-call until killed
       const conn = await amqp.connect(rabbit.amqpUrl);
       try {
         const ch = await conn.createConfirmChannel();
@@ -346,7 +345,12 @@ describe('on a real node, when things go wrong', () => {
       } finally {
         await conn.close();
       }
-      await booked;
+      await eventually(
+        'the carrier booked it',
+        () => Promise.resolve(carrier.calls(ref) === 1 ? true : undefined),
+        120_000,
+        200,
+      );
       // The container's process, from the node: its task's PID in containerd, then SIGKILL.
       const statuses = (pod!.status as { containerStatuses?: Array<{ containerID?: string }> })
         .containerStatuses;
