@@ -30,7 +30,7 @@ const schema = z
     deadLetterQueue: z.string().min(1).max(255).optional(),
     leaseSeconds: int(5, 86_400).default(60),
     drainDeadlineSeconds: z.coerce.number().min(0).max(3600).default(45),
-    // A run past this is aborted and retried; below RabbitMQ's consumer_timeout
+    // A run past this is aborted and ends in doubt (its retry decides first); below RabbitMQ's consumer_timeout
     // (30 minutes by default), which would close the channel instead.
     handlerTimeoutSeconds: z.coerce.number().positive().max(86_400).default(900),
     keyRule: z.string().optional(),

@@ -129,7 +129,7 @@ export interface DeliveryDeps {
    * `holds` counts this delivery's earlier tries; the wait grows with it.
    */
   storeBack(holds: number, heldSince: number): Promise<boolean>;
-  /** a run that has not returned after this long is aborted and retried */
+  /** a run that has not returned after this long is aborted; its attempt ends in doubt */
   handlerTimeoutMs: number;
   /** a signal that aborts when the worker's drain deadline passes */
   drainSignal: AbortSignal;
