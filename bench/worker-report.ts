@@ -70,6 +70,8 @@ export interface WorkerBenchResult {
   durability: { postgres: string; redis?: { durable: boolean; words: string } };
   /** the RabbitMQ 4 the "RabbitMQ 4" rows ran on, when it ran */
   rabbitmq4Version?: string;
+  /** --in-doubt: the plain handler and the one with a reconcile, run at once, each repetition */
+  paired?: Array<{ plain: number; reconcile: number }>;
 }
 
 export function renderWorkerSection(r: WorkerBenchResult): string {
@@ -212,11 +214,23 @@ first; \`2 ctx.step\` runs two steps (each records its start and its result).
 |---|---|---:|---|---:|---:|---:|---:|---:|
 ${lines.join('\n')}
 
-- The plain row alone ran at ${Math.round(Math.min(...base.perRun.map((p) => p.jobsPerSec)))}–${Math.round(Math.max(...base.perRun.map((p) => p.jobsPerSec)))} jobs/s across the
+${pairedLines(r)}- The plain row alone ran at ${Math.round(Math.min(...base.perRun.map((p) => p.jobsPerSec)))}–${Math.round(Math.max(...base.perRun.map((p) => p.jobsPerSec)))} jobs/s across the
   repetitions: a ratio's run-to-run spread is of that order, and a difference of a few per cent between two rows is
   within it.
 - Rows written count every heap tuple inserted or updated (\`pg_stat_database\`), as the peer table does; an update of
   the claim row (ctx.intend, a step's start or result) is a write of its own and, outside group commit, a statement
   and a transaction of its own.
+`;
+}
+
+/** The paired comparison: both handlers consuming at the same time, each repetition's ratio and their median. */
+function pairedLines(r: WorkerBenchResult): string {
+  if (!r.paired?.length) return '';
+  const ratios = r.paired.map((p) => p.reconcile / p.plain);
+  const median = [...ratios].sort((a, b) => a - b)[Math.floor(ratios.length / 2)] ?? NaN;
+  return `- **Paired**, the handler with a reconcile against the plain one, both consuming at the same time (two queues, two
+  schemas, one process each, who starts first alternating; ${r.opts.jobs} jobs each), ${r.paired.length} repetitions: jobs/s
+  ${r.paired.map((p) => `${Math.round(p.reconcile)} against ${Math.round(p.plain)}`).join('; ')}; ratios
+  ${ratios.map((x) => x.toFixed(3)).join(', ')}, median **${median.toFixed(3)}**.
 `;
 }

@@ -273,6 +273,63 @@ function summarise(row: Row, jobs: number, reports: ChildReport[], pg?: PgCounte
   };
 }
 
+/**
+ * Two rows at once, each on a queue and schema of its own, started together:
+ * both meet the same machine at the same moment, so their ratio is not
+ * moved by what the machine does between sequential runs. `first` is sent
+ * its go first (alternated by the caller). Each row's jobs/s over its own
+ * window; the one that ends first leaves the other a short tail alone.
+ */
+async function pairedOnce(
+  pair: readonly [Row, Row],
+  jobs: number,
+  services: Services,
+  first: 0 | 1,
+): Promise<[number, number]> {
+  const spaces = await Promise.all(pair.map((row) => systems[row.system].prepare(services)));
+  const procs: ConsumerProcess[] = [];
+  try {
+    await Promise.all(spaces.map((ns) => ns.fill(jobs)));
+    for (const [i, row] of pair.entries())
+      procs.push(
+        new ConsumerProcess(
+          {
+            system: row.system,
+            target: (spaces[i] as (typeof spaces)[number]).target,
+            options: row.options,
+            mode: 'throughput',
+            expect: jobs,
+          },
+          timeoutMs(jobs),
+        ),
+      );
+    await Promise.all(procs.map((p) => p.ready));
+    for (const i of first ? [1, 0] : [0, 1]) procs[i]?.send({ type: 'go' });
+    const reports = await Promise.all(procs.map((p) => p.done));
+    await Promise.all(procs.map((p) => p.exited));
+    const rate = (r: ChildReport) =>
+      (jobs / ((r.lastFinishedAt ?? NaN) - (r.firstStartedAt ?? NaN))) * 1000;
+    return [rate(reports[0] as ChildReport), rate(reports[1] as ChildReport)];
+  } finally {
+    for (const p of procs) p.kill();
+    await Promise.all(spaces.map((ns) => ns.cleanup()));
+  }
+}
+
+/** --in-doubt: the plain handler and the one with a reconcile, at once, `runs` times (who starts first alternates). */
+async function pairedReconcile(opts: WorkerBenchOptions, services: Services) {
+  const pair = [IN_DOUBT_ROWS[1], IN_DOUBT_ROWS[2]] as [Row, Row];
+  const out: Array<{ plain: number; reconcile: number }> = [];
+  for (let i = 0; i < opts.runs; i++) {
+    const [plain, reconcile] = await pairedOnce(pair, opts.jobs, services, (i % 2) as 0 | 1);
+    out.push({ plain, reconcile });
+    console.error(
+      `paired ${i + 1}/${opts.runs}: plain ${plain.toFixed(0)} jobs/s, with a reconcile ${reconcile.toFixed(0)} jobs/s (${(reconcile / plain).toFixed(3)})`,
+    );
+  }
+  return out;
+}
+
 /** Publish → handler start at a fixed offered load, against a consumer already running. */
 async function latencyOnce(
   row: Row,
@@ -500,6 +557,7 @@ async function measure(
       );
     }
   }
+  const paired = opts.inDoubt ? await pairedReconcile(opts, services) : undefined;
   const latencies = new Map<Row, Latency>();
   for (const row of rows.filter((r) => r.latency)) {
     const l = await attempt(row, 'latency run', () => latencyOnce(row, opts, services));
@@ -535,6 +593,7 @@ async function measure(
     skipped,
     durability: found.durability,
     ...(heapRun && { heap: heapRun }),
+    ...(paired && { paired }),
     rows: rows
       .filter((row) => !failed.has(row))
       .map((row) =>
