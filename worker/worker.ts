@@ -99,8 +99,8 @@ export function createWorker(opts: WorkerOptions): Worker {
   }
   const types = Object.keys(opts.handlers);
   if (!types.length) throw new ConfigError('handlers: give at least one job type and its handler');
-  handlerSpecs(opts.handlers, config.inDoubt); // refuses a malformed definition now, not at its first job
-  return new QueueWorker(opts, config);
+  // refuses a malformed definition now, not at its first job
+  return new QueueWorker(opts, config, handlerSpecs(opts.handlers, config.inDoubt));
 }
 
 /** Each handler with its in-doubt policy filled in; throws ConfigError naming a malformed one. */
@@ -219,6 +219,8 @@ class QueueWorker implements Worker {
   constructor(
     private readonly opts: WorkerOptions,
     config: WorkerConfig,
+    /** the handlers with their in-doubt policy, checked by createWorker */
+    private readonly specs: ReadonlyMap<string, HandlerSpec>,
   ) {
     this.config = config;
     this.now = opts.now ?? Date.now;
@@ -587,7 +589,7 @@ class QueueWorker implements Worker {
     'publish' | 'ack' | 'requeue' | 'storeDown' | 'storeBack'
   > {
     const c = this.config;
-    const handlers = handlerSpecs(this.opts.handlers, c.inDoubt);
+    const handlers = this.specs;
     return {
       queue: c.queue,
       deadLetterQueue: c.deadLetterQueue,

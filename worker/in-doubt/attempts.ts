@@ -73,8 +73,20 @@ function intentOf(v: unknown): { intent: unknown; step: string | null } {
   return { intent: r?.value ?? null, step: str(r?.step) };
 }
 
-const ENDS: readonly string[] = ['in_doubt', 'failed', 'throttled'];
-const CAUSES: readonly string[] = ['taken_over', 'in_doubt_thrown', 'timed_out', 'drained'];
+const ENDS: readonly AttemptEnd[] = ['in_doubt', 'failed', 'throttled'];
+const CAUSES: readonly DoubtCause[] = ['taken_over', 'in_doubt_thrown', 'timed_out', 'drained'];
+
+/** `v` when it is one of `allowed`, else `fallback`. */
+const oneOf = <T extends string>(v: unknown, allowed: readonly T[], fallback: T): T =>
+  allowed.includes(v as T) ? (v as T) : fallback;
+
+/** What an attempt's jsonb (previous or doubt) says of the attempt itself. */
+const attemptOf = (r: Record<string, unknown>, attempt: number) => ({
+  attempt,
+  owner: str(r.owner),
+  startedAt: date(r.startedAt),
+  ...intentOf(r.intent),
+});
 
 /** The claim statement's `attempt` column; anything it cannot read is left out. */
 export function readHistory(column: unknown): AttemptHistory {
@@ -88,28 +100,15 @@ export function readHistory(column: unknown): AttemptHistory {
       .map(([name, v]) => [name, (v as unknown[])[0]]),
   );
   const history: AttemptHistory = { steps };
-  if (p && typeof p.attempt === 'number') {
-    const end = str(p.ended);
+  if (p && typeof p.attempt === 'number')
     history.previous = {
-      attempt: p.attempt,
-      owner: str(p.owner),
-      startedAt: date(p.startedAt),
-      ...intentOf(p.intent),
+      ...attemptOf(p, p.attempt),
       // a released claim from before migration 9 says nothing: it failed
-      ended: end && ENDS.includes(end) ? (end as AttemptEnd) : 'failed',
+      ended: oneOf(p.ended, ENDS, 'failed'),
       error: str(p.error),
     };
-  }
-  if (d && typeof d.attempt === 'number') {
-    const cause = str(d.how);
-    history.doubt = {
-      attempt: d.attempt,
-      owner: str(d.owner),
-      startedAt: date(d.startedAt),
-      ...intentOf(d.intent),
-      cause: cause && CAUSES.includes(cause) ? (cause as DoubtCause) : 'taken_over',
-    };
-  }
+  if (d && typeof d.attempt === 'number')
+    history.doubt = { ...attemptOf(d, d.attempt), cause: oneOf(d.how, CAUSES, 'taken_over') };
   return history;
 }
 
