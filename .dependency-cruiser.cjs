@@ -2,7 +2,8 @@
 // (docs/architecture.md draws them from this file: make docs-diagram).
 //
 //   worker/          the worker runtime, and the contract it shares with the operator;
-//                    worker/in-doubt/ (in-doubt runs) below the delivery, entered by its index
+//                    worker/in-doubt/ (in-doubt runs) and worker/outbox/ (the transactional
+//                    outbox) below the delivery, each entered by its index
 //   src/api/         the custom resources' types and schemas, the reasons catalog
 //   src/reconcile/   pure decisions, no I/O: model/ below children/, scaling/,
 //                    cohort/, rollout/, status/, broker/; plan.ts composes them
@@ -47,9 +48,19 @@ module.exports = {
     ),
     forbid(
       'worker-rooms-open-by-their-index',
-      'A room of worker/ (worker/in-doubt/) is entered through its index.ts, its only door.',
-      { path: '^(src/|worker/(?!in-doubt/))' },
-      { path: '^worker/in-doubt/(?!index[.]ts$)' },
+      'A room of worker/ (worker/in-doubt/, worker/outbox/) is entered through its index.ts, its only door.',
+      { path: '^(src/|worker/(?!(in-doubt|outbox)/))' },
+      { path: '^worker/(in-doubt|outbox)/(?!index[.]ts$)' },
+    ),
+    forbid(
+      'outbox-stands-below-the-delivery',
+      'worker/outbox/ enqueues and relays: the delivery, the worker and the claim store call it, never the other way (it may use the envelope rendering, the migrations runner, backoff and broker addresses).',
+      { path: '^worker/outbox/' },
+      {
+        path: '^(src/|worker/)',
+        pathNot:
+          '^worker/(outbox/|producer[.]ts$|migrate[.]ts$|backoff[.]ts$|broker-urls[.]ts$|envelope[.]ts$)',
+      },
     ),
     forbid(
       'in-doubt-stands-below-the-delivery',

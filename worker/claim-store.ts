@@ -6,7 +6,9 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
-import { LOCK_ID, MIGRATIONS, SQL } from './claims-sql.js';
+import { CLAIMS_MIGRATIONS, SQL } from './claims-sql.js';
+import { applyMigrations } from './migrate.js';
+import { insertEntries, OUTBOX_MIGRATIONS, type OutboxEntry } from './outbox/index.js';
 import { GroupCommit, type GroupCommitOptions } from './group-commit.js';
 import { numberArray, textArray } from './pg-arrays.js';
 import { storableJson } from './storable.js';
@@ -200,39 +202,14 @@ export class ClaimStore implements RunRecordStore {
     return this.ops.stats;
   }
 
-  /** Applies pending migrations; safe when several workers start at once. */
+  /**
+   * Applies pending migrations; safe when several workers start at once. The
+   * claims database holds an outbox too: where handlers' follow-up jobs wait.
+   */
   async migrate(): Promise<number[]> {
-    const client = await this.pool.connect();
-    let broken: Error | undefined;
-    // a backend killed between queries emits 'error': heard here, failed by the next query
-    const onError = (err: Error) => {
-      broken = err;
-    };
-    client.on('error', onError);
-    try {
-      await client.query('begin');
-      await client.query('select pg_advisory_xact_lock($1)', [LOCK_ID]);
-      await client.query(SQL.migrationsTable);
-      const done = new Set(
-        (await client.query<{ version: number }>(SQL.appliedVersions)).rows.map((r) => r.version),
-      );
-      const applied: number[] = [];
-      for (const m of MIGRATIONS) {
-        if (done.has(m.version)) continue;
-        await client.query(m.sql);
-        await client.query(SQL.recordMigration, [m.version]);
-        applied.push(m.version);
-      }
-      await client.query('commit');
-      return applied;
-    } catch (err) {
-      await client.query('rollback').catch(() => undefined);
-      broken ??= err as Error;
-      throw err;
-    } finally {
-      client.off('error', onError);
-      client.release(broken);
-    }
+    const applied = await applyMigrations(this.pool, CLAIMS_MIGRATIONS);
+    await applyMigrations(this.pool, OUTBOX_MIGRATIONS);
+    return applied;
   }
 
   /**
@@ -337,20 +314,50 @@ export class ClaimStore implements RunRecordStore {
    * Records the terminal result; false when the claim was lost (fenced out).
    * Inside a transaction (`client`) it is one statement of its own; otherwise
    * concurrent completions go as one statement (group commit), and each
-   * caller learns whether its own row was updated.
+   * caller learns whether its own row was updated. Follow-up jobs are
+   * inserted into the outbox in the same transaction, only when recorded: a
+   * follow-up exists if and only if its job completed.
    */
   async complete(
     key: string,
     owner: string,
     result: unknown,
     client?: pg.ClientBase,
+    followUps: readonly OutboxEntry[] = [],
   ): Promise<boolean> {
+    if (!client && followUps.length > 0)
+      return this.inTransaction((c) => this.complete(key, owner, result, c, followUps));
     if (!client)
       return (await this.ops.submit({
         complete: { key, owner, result: storableJson(result) },
       })) as boolean;
     const r = await client.query(named('complete', [key, owner, storableJson(result)]));
-    return (r.rowCount ?? 0) === 1;
+    const recorded = (r.rowCount ?? 0) === 1;
+    if (recorded) await insertEntries(client, followUps);
+    return recorded;
+  }
+
+  /** Runs `fn` in a transaction of its own, committed when it returns true. */
+  private async inTransaction(fn: (c: pg.PoolClient) => Promise<boolean>): Promise<boolean> {
+    const c = await this.pool.connect();
+    let broken: Error | undefined;
+    const onError = (err: Error) => {
+      broken = err;
+    };
+    c.on('error', onError);
+    try {
+      await c.query('begin');
+      const ok = await fn(c);
+      await c.query(ok ? 'commit' : 'rollback');
+      return ok;
+    } catch (err) {
+      await c.query('rollback').catch(() => undefined);
+      broken ??= err as Error;
+      throw err;
+    } finally {
+      c.off('error', onError);
+      c.release(broken);
+    }
   }
 
   /** Extends the leases of many claims in one statement; returns the keys still held. */

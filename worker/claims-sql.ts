@@ -3,7 +3,9 @@
 // path one statement per event-loop turn carries the claims and the
 // completions of many deliveries at once (group commit).
 
-/** Migrations, applied in order under an advisory lock so that many workers may start at once. */
+import type { MigrationSet } from './migrate.js';
+
+/** Migrations, applied in order under an advisory lock so that many workers may start at once (migrate.ts). */
 export const MIGRATIONS: ReadonlyArray<{ version: number; sql: string }> = [
   {
     version: 1,
@@ -479,14 +481,13 @@ $fn$;
   },
 ];
 
-export const LOCK_ID = 0x6a6f62666c; // "jobfl": serialises migrations across workers
+/** The claims tables' migrations, recorded in jobfleet_schema_migrations. */
+export const CLAIMS_MIGRATIONS: MigrationSet = {
+  table: 'jobfleet_schema_migrations',
+  migrations: MIGRATIONS,
+};
 
 export const SQL = {
-  migrationsTable: `create table if not exists jobfleet_schema_migrations (
-    version integer primary key, applied_at timestamptz not null default now())`,
-  appliedVersions: `select version from jobfleet_schema_migrations`,
-  recordMigration: `insert into jobfleet_schema_migrations (version) values ($1)`,
-
   /**
    * One group-commit statement: claims ($1..$5), completions ($6..$8) and the
    * ack journal's rows ($9..$14) together; answers only what the worker

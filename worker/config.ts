@@ -64,6 +64,15 @@ const schema = z
     // (docs/in-doubt.md): rerun it (the downstream dedupes ctx.key) or hold
     // it for a person. rerun by default: see the page for why.
     inDoubt: z.enum(['rerun', 'hold']).default('rerun'),
+    // The outbox relay (docs/outbox.md): the claims database's outbox, where
+    // handlers' follow-up jobs wait, is relayed by the workers (one active,
+    // the others standing by) unless 'off'; outboxUrl names a producer's
+    // outbox database to relay as well (the JobWorker's spec.outbox).
+    outboxRelay: z.enum(['on', 'off']).default('on'),
+    outboxUrl: z
+      .string()
+      .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL')
+      .optional(),
   })
   .refine((c) => c.maxDelaySeconds >= c.initialDelaySeconds, {
     path: ['maxDelaySeconds'],
@@ -101,6 +110,8 @@ export const ENV: Record<keyof WorkerConfigInput, string> = {
   deadLetterOwner: 'JOBFLEET_DEAD_LETTER_OWNER',
   deadLetterPayloads: 'JOBFLEET_DEAD_LETTER_PAYLOADS',
   inDoubt: 'JOBFLEET_IN_DOUBT',
+  outboxRelay: 'JOBFLEET_OUTBOX_RELAY',
+  outboxUrl: 'JOBFLEET_OUTBOX_URL',
 };
 
 export class ConfigError extends Error {

@@ -21,6 +21,7 @@ import type { WorkerMetrics } from './metrics.js';
 import { HEADERS } from './producer.js';
 import { RunSignal } from './run-signal.js';
 import { TIMESTAMP_MS_HEADER } from './queue-head.js';
+import { outboxEntry, type OutboxEntry, type OutboxJob } from './outbox/index.js';
 import {
   ClaimLost,
   describeDoubt,
@@ -44,7 +45,18 @@ export interface Job<P = unknown> extends Envelope<P> {
   throttled: number;
 }
 
-export interface HandlerContext {
+/** Follow-up jobs: written to the outbox with the completion record (docs/outbox.md). */
+export interface FollowUps {
+  /**
+   * A job for `queue` that exists if and only if this one completes: it is
+   * inserted into the claims database's outbox in the same transaction as
+   * the completion record, and the relay publishes it after the commit.
+   * Throws Permanent when the job is malformed (e.g. its key rule).
+   */
+  enqueue<P>(queue: string, job: OutboxJob<P>): void;
+}
+
+export interface HandlerContext extends FollowUps {
   /** the idempotency key: pass it to the downstream so that its effect happens once */
   key: string;
   attempt: number;
@@ -72,8 +84,12 @@ export interface HandlerContext {
 
 export type Handler = (job: Job, ctx: HandlerContext) => Promise<unknown>;
 
-/** Asks the downstream whether an in-doubt attempt's effect happened (docs/in-doubt.md). */
-export type Reconcile = (job: Job, ctx: ReconcileContext) => Promise<ReconcileAnswer>;
+/**
+ * Asks the downstream whether an in-doubt attempt's effect happened
+ * (docs/in-doubt.md). One that answers done enqueues the follow-ups the run
+ * would have (ctx.enqueue): they are written with the completion record.
+ */
+export type Reconcile = (job: Job, ctx: ReconcileContext & FollowUps) => Promise<ReconcileAnswer>;
 
 /** A handler with what decides its in-doubt attempts. */
 export interface HandlerDefinition {
@@ -405,23 +421,25 @@ async function run(
     // connection, its effect with it. Nothing there is in doubt.
     const doubt = d.mode === 'external' ? claim.history.doubt : undefined;
     let resumes: Doubt | undefined;
+    // follow-up jobs, written with the completion record
+    const followUps: OutboxEntry[] = [];
     if (doubt) {
-      const decided = await decideDoubt(msg, d, env, spec, job, claim, doubt, abort);
+      const decided = await decideDoubt(msg, d, env, spec, job, claim, doubt, abort, followUps);
       if ('settled' in decided) return decided.settled;
       resumes = decided.resumes;
     }
     // Runs that crashed the process count too: a poison message cannot loop forever.
     if (attempt > d.maxAttempts) return exhausted(msg, d, env, claim);
-    const ctx = handlerContext(d, env, spec, claim, abort, resumes);
+    const ctx = handlerContext(d, env, spec, claim, abort, resumes, followUps);
     const runHandler = () => withDeadline(spec.run(job, ctx), abort, d);
     let recorded: boolean;
     if (d.mode === 'transactional') {
-      const r = await runInTransaction(d, env, owner, ctx, tx, runHandler);
+      const r = await runInTransaction(d, env, owner, ctx, tx, runHandler, followUps);
       if (r === 'lease_lost') return delay(msg, d, env, d.initialDelayMs, 'lease_lost');
       recorded = r;
     } else {
       const result = await runHandler();
-      recorded = await recordCompletion(d, env.key, owner, result);
+      recorded = await recordCompletion(d, env.key, owner, result, followUps);
     }
     d.metrics.handlerDuration.observe({ type: env.type }, (d.now() - started) / 1000);
     if (!recorded) {
@@ -488,6 +506,7 @@ async function decideDoubt(
   claim: Claimed,
   doubt: Doubt,
   abort: RunSignal,
+  followUps: OutboxEntry[],
 ): Promise<{ settled: DeliveryResult } | { resumes?: Doubt }> {
   const { owner, attempts: attempt } = claim;
   const reconcile = spec.reconcile;
@@ -496,7 +515,14 @@ async function decideDoubt(
     reconcile:
       reconcile &&
       (() =>
-        withDeadline(reconcile(job, reconcileContext(d, env, attempt, abort, doubt)), abort, d)),
+        withDeadline(
+          reconcile(job, {
+            ...reconcileContext(d, env, attempt, abort, doubt),
+            enqueue: enqueuer(d, followUps),
+          }),
+          abort,
+          d,
+        )),
     policy: spec.inDoubt,
     attempt,
     maxAttempts: d.maxAttempts,
@@ -509,7 +535,7 @@ async function decideDoubt(
   );
   switch (decision.do) {
     case 'complete': {
-      if (!(await recordCompletion(d, env.key, owner, decision.result)))
+      if (!(await recordCompletion(d, env.key, owner, decision.result, followUps)))
         return { settled: await delay(msg, d, env, d.initialDelayMs, 'lease_lost') };
       d.metrics.jobs.inc({ type: env.type, outcome: 'completed' });
       d.ack(msg, journal(msg, env, 'completed', attempt, d));
@@ -582,6 +608,7 @@ function handlerContext(
   claim: Claimed,
   abort: RunSignal,
   resumes: Doubt | undefined,
+  followUps: OutboxEntry[],
 ): HandlerContext {
   const { owner, attempts: attempt } = claim;
   let log: Logger | undefined;
@@ -617,6 +644,18 @@ function handlerContext(
     },
     intend: (intent) => runRecord().intend(intent),
     step: (name, fn, opts) => runRecord().step(name, fn, opts),
+    enqueue: enqueuer(d, followUps),
+  };
+}
+
+/** ctx.enqueue: renders the follow-up now (a malformed one fails the run), written at completion. */
+function enqueuer(d: DeliveryDeps, followUps: OutboxEntry[]): FollowUps['enqueue'] {
+  return (queue, job) => {
+    try {
+      followUps.push(outboxEntry(queue, job, d.now(), 'ctx.enqueue'));
+    } catch (err) {
+      throw new Permanent((err as Error).message);
+    }
   };
 }
 
@@ -654,6 +693,7 @@ async function runInTransaction(
   ctx: HandlerContext,
   tx: RunTx,
   runHandler: () => Promise<unknown>,
+  followUps: readonly OutboxEntry[],
 ): Promise<boolean | 'lease_lost'> {
   const client = (tx.client = await d.store.pool.connect());
   // A checked-out client whose backend dies emits 'error' between queries;
@@ -672,7 +712,7 @@ async function runInTransaction(
   }
   ctx.tx = client;
   const result = await runHandler();
-  const recorded = await d.store.complete(env.key, owner, result, client);
+  const recorded = await d.store.complete(env.key, owner, result, client, followUps);
   if (recorded) await client.query('commit');
   else await client.query('rollback');
   return recorded;
@@ -725,11 +765,12 @@ async function recordCompletion(
   key: string,
   owner: string,
   result: unknown,
+  followUps: readonly OutboxEntry[],
 ): Promise<boolean> {
   const heldSince = d.now();
   for (let holds = 0; ; holds++) {
     try {
-      return await d.store.complete(key, owner, result);
+      return await d.store.complete(key, owner, result, undefined, followUps);
     } catch (err) {
       if (!isStoreError(err) || isMessageDataError(err)) throw new StoreUnavailable(String(err));
       d.storeDown(err);

@@ -7,6 +7,7 @@ export type {
   Job,
   DeliveryResult,
   Reconcile,
+  FollowUps,
 } from './delivery.js';
 export { Permanent, Throttled, parseRetryAfter } from './errors.js';
 export {
@@ -21,5 +22,14 @@ export {
   type StepOptions,
 } from './in-doubt/index.js';
 export { publish, HEADERS, type PublishJob } from './producer.js';
+export {
+  enqueue,
+  migrateOutbox,
+  startRelay,
+  type OutboxJob,
+  type Queryable,
+  type Relay,
+  type RelayOptions,
+} from './outbox/index.js';
 export { ConfigError, loadConfig, type WorkerConfig, type WorkerConfigInput } from './config.js';
 export type { Contract } from './contract.js';

@@ -39,6 +39,68 @@ export interface PublishJob<P = unknown> {
   id?: string;
 }
 
+/** What a job becomes on the wire, before it is sent: the envelope's fields, its key rendered. */
+export interface RenderedJob {
+  id: string;
+  key: string;
+  type: string;
+  schemaVersion: number;
+  /** the payload as JSON text, placed in the body as it is */
+  payloadJson: string;
+  /** ms since the epoch: the envelope's createdAt and the message's timestamps */
+  createdAtMs: number;
+}
+
+/** Renders a job's key (from `keyRule` when no key is given) and id; throws naming what is missing. */
+export function renderJob<P>(job: PublishJob<P>, at: number, who = 'publish'): RenderedJob {
+  let key = job.key;
+  if (key === undefined) {
+    if (!job.keyRule)
+      throw new Error(`${who}: give job.key, or job.keyRule to render it from the payload`);
+    const r = renderKey(job.keyRule, job.payload);
+    if (!r.ok) throw new Error(`${who}: ${r.problem}`);
+    key = r.key;
+  }
+  const payloadJson = JSON.stringify(job.payload);
+  if (payloadJson === undefined) throw new Error(`${who}: job.payload must be a JSON value`);
+  return {
+    id: job.id ?? randomUUID(),
+    key,
+    type: job.type,
+    schemaVersion: job.schemaVersion,
+    payloadJson,
+    createdAtMs: at,
+  };
+}
+
+/**
+ * The body and properties a rendered job is published with: the body is the
+ * envelope as JSON; timestamp (whole seconds, the AMQP property a classic
+ * queue's head age reads) and the `timestamp_in_ms` header (what the workers'
+ * measured age reads) are its creation time, so a job that waited anywhere
+ * before the broker (an outbox) shows that wait in the queue's age.
+ */
+export function wireMessage(
+  job: RenderedJob,
+  headers: Record<string, string> = {},
+): { body: Buffer; props: Options.Publish } {
+  const body = Buffer.from(
+    `{"id":${JSON.stringify(job.id)},"key":${JSON.stringify(job.key)},"type":${JSON.stringify(job.type)},` +
+      `"schemaVersion":${job.schemaVersion},"payload":${job.payloadJson},` +
+      `"createdAt":${JSON.stringify(new Date(job.createdAtMs).toISOString())}}`,
+  );
+  return {
+    body,
+    props: {
+      messageId: job.id,
+      timestamp: Math.floor(job.createdAtMs / 1000),
+      contentType: 'application/json',
+      persistent: true,
+      headers: { ...headers, [HEADERS.attempt]: 0, [TIMESTAMP_MS_HEADER]: job.createdAtMs },
+    },
+  };
+}
+
 /** Publishes one job to `queue` and waits for the broker's confirm. Resolves to the id and key used. */
 export async function publish<P>(
   channel: ConfirmChannel,
@@ -46,34 +108,10 @@ export async function publish<P>(
   job: PublishJob<P>,
   now: () => number = Date.now,
 ): Promise<{ id: string; key: string }> {
-  let key = job.key;
-  if (key === undefined) {
-    if (!job.keyRule)
-      throw new Error('publish: give job.key, or job.keyRule to render it from the payload');
-    const r = renderKey(job.keyRule, job.payload);
-    if (!r.ok) throw new Error(`publish: ${r.problem}`);
-    key = r.key;
-  }
-  const id = job.id ?? randomUUID();
-  const at = now();
-  const body = Buffer.from(
-    JSON.stringify({
-      id,
-      key,
-      type: job.type,
-      schemaVersion: job.schemaVersion,
-      payload: job.payload,
-      createdAt: new Date(at).toISOString(),
-    }),
-  );
-  await sendConfirmed(channel, queue, body, {
-    messageId: id,
-    timestamp: Math.floor(at / 1000),
-    contentType: 'application/json',
-    persistent: true,
-    headers: { [HEADERS.attempt]: 0, [TIMESTAMP_MS_HEADER]: at },
-  });
-  return { id, key };
+  const rendered = renderJob(job, now());
+  const { body, props } = wireMessage(rendered);
+  await sendConfirmed(channel, queue, body, props);
+  return { id: rendered.id, key: rendered.key };
 }
 
 /**

@@ -37,8 +37,9 @@ import { workerMetrics, type Held, type WorkerMetrics } from './metrics.js';
 import { HeadWatch } from './queue-head.js';
 import { sendConfirmed } from './producer.js';
 import { topology, type QueueDecl, type Topology } from './topology.js';
-import { brokerUrls } from './broker-urls.js';
+import { brokerUrls, withHeartbeat } from './broker-urls.js';
 import { HOLD_LIMIT_MS } from './hold-limit.js';
+import { startRelay, type Relay } from './outbox/index.js';
 
 export interface WorkerOptions {
   /** what this code consumes; must match JOBFLEET_KEY_RULE / JOBFLEET_SCHEMA_VERSIONS when set */
@@ -208,6 +209,8 @@ class QueueWorker implements Worker {
   private started: Promise<void> | undefined;
   private stopped: Promise<void> | undefined;
   private sweeper: NodeJS.Timeout | undefined;
+  /** the outbox relays this worker runs (docs/outbox.md): active, or standing by */
+  private relays: Relay[] = [];
   private readonly signalHandler = () => {
     this.log.info('signal received: draining');
     this.stop().then(
@@ -241,8 +244,9 @@ class QueueWorker implements Worker {
     this.brokerUrls = brokerUrls(config.brokerUrl);
     const pool = new pg.Pool({
       ...poolConfig(config.claimsUrl, config.tlsCaFile),
-      // transactional handlers hold a connection each for their whole run
-      max: Math.min(config.prefetch, 50) + 2,
+      // transactional handlers hold a connection each for their whole run;
+      // the active outbox relay holds one (its lock's session)
+      max: Math.min(config.prefetch, 50) + 3,
     });
     pool.on('error', (err) =>
       this.log.warn({ err: compactReason(err.message) }, 'claim store connection error'),
@@ -340,8 +344,41 @@ class QueueWorker implements Worker {
     }
     if (this.retrying.signal.aborted) return; // stopped during start-up
     this.scheduleSweep();
+    this.startRelays();
     this.log.info({ prefetch: this.config.prefetch, port: this.port }, 'worker started');
   }
+
+  /**
+   * The claims database's outbox (handlers' follow-ups), unless
+   * JOBFLEET_OUTBOX_RELAY=off, and the producer's outbox JOBFLEET_OUTBOX_URL
+   * names: one relay each, which publishes while it holds the outbox's lock
+   * and stands by while another pod does.
+   */
+  private startRelays(): void {
+    const c = this.config;
+    const ca = c.tlsCaFile ? [readFileSync(c.tlsCaFile)] : undefined;
+    const common = {
+      brokerUrl: c.brokerUrl,
+      ...(ca && { socketOptions: { ca } }),
+      registry: this.metrics.registry,
+      logger: this.log,
+      random: this.random,
+    };
+    if (c.outboxRelay === 'on')
+      this.relays.push(
+        startRelay({ ...common, pool: this.store.pool, outbox: 'claims', migrate: false }),
+      );
+    if (c.outboxUrl) {
+      const pool = new pg.Pool({ ...poolConfig(c.outboxUrl, c.tlsCaFile), max: 2 });
+      pool.on('error', (err) =>
+        this.log.warn({ err: compactReason(err.message) }, 'outbox database connection error'),
+      );
+      this.outboxPool = pool;
+      this.relays.push(startRelay({ ...common, pool, outbox: 'outbox' }));
+    }
+  }
+
+  private outboxPool: pg.Pool | undefined;
 
   /**
    * Waits (with backoff) until PostgreSQL answers; migrates on first contact.
@@ -780,6 +817,8 @@ class QueueWorker implements Worker {
     // Closing the channel returns every unacked delivery to the queue.
     await conn?.close().catch(() => undefined);
     this.leases.stop();
+    await Promise.all(this.relays.map((r) => r.stop()));
+    await this.outboxPool?.end().catch(() => undefined);
     const unwritten = await this.journal.close();
     if (unwritten)
       this.log.warn(
@@ -790,15 +829,4 @@ class QueueWorker implements Worker {
     await this.health?.close();
     this.log.info('worker stopped');
   }
-}
-
-/**
- * A 15 s AMQP heartbeat unless the URL sets one: a node that vanishes without
- * a reset (its host cut off) is noticed within two beats and the next node
- * tried, not after the server's 60 s proposal.
- */
-function withHeartbeat(url: string): string {
-  const u = new URL(url);
-  if (!u.searchParams.has('heartbeat')) u.searchParams.set('heartbeat', '15');
-  return u.toString();
 }

@@ -9,6 +9,8 @@ export interface TcpProxy {
   cut(): void;
   /** a hung peer: connections stay open, nothing is forwarded either way, new ones are held unanswered */
   hang(): void;
+  /** requests still reach the service, its answers are held (a confirm or a reply that never comes back) */
+  holdReplies(): void;
   restore(): void;
   close(): Promise<void>;
 }
@@ -20,6 +22,7 @@ export async function startTcpProxy(
 ): Promise<TcpProxy> {
   let up = true;
   let hung = false;
+  let holding = false;
   const sockets = new Set<net.Socket>();
   const pairs = new Set<[net.Socket, net.Socket]>();
   const held = new Set<net.Socket>();
@@ -68,8 +71,19 @@ export async function startTcpProxy(
         upstream.pause();
       }
     },
+    holdReplies() {
+      holding = true;
+      for (const [client, upstream] of pairs) {
+        upstream.unpipe(client);
+        upstream.pause();
+      }
+    },
     restore() {
       up = true;
+      if (holding) {
+        holding = false;
+        for (const [client, upstream] of pairs) upstream.pipe(client);
+      }
       if (hung) {
         hung = false;
         for (const [client, upstream] of pairs) client.pipe(upstream).pipe(client);

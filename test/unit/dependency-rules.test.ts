@@ -97,7 +97,13 @@ describe('the layers', () => {
       'worker/in-doubt/decide.ts',
       "import { w } from '../delivery.js';\nexport const d = w;\n",
     );
-    write('worker/delivery.ts', "import { d } from './in-doubt/decide.js';\nexport const w = d;\n");
+    write(
+      'worker/delivery.ts',
+      "import { d } from './in-doubt/decide.js';\nimport { r } from './outbox/relay.js';\nexport const w = [d, r];\n",
+    );
+    write('worker/outbox/index.ts', "export { r } from './relay.js';\n");
+    write('worker/outbox/relay.ts', "import { w } from '../worker.js';\nexport const r = w;\n");
+    write('worker/worker.ts', 'export const w = 1;\n');
     const found = cruise(scratch).map((v) => `${v.rule.name}: ${v.from} → ${v.to}`);
     expect(found).toEqual(
       expect.arrayContaining([
@@ -108,6 +114,8 @@ describe('the layers', () => {
         'reconcile-imports-only-api: src/reconcile/status/s.ts → src/kube/k.ts',
         'worker-rooms-open-by-their-index: worker/delivery.ts → worker/in-doubt/decide.ts',
         'in-doubt-stands-below-the-delivery: worker/in-doubt/decide.ts → worker/delivery.ts',
+        'worker-rooms-open-by-their-index: worker/delivery.ts → worker/outbox/relay.ts',
+        'outbox-stands-below-the-delivery: worker/outbox/relay.ts → worker/worker.ts',
       ]),
     );
   }, 60_000);

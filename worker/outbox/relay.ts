@@ -1,0 +1,462 @@
+// The relay: publishes the outbox's unsent rows to RabbitMQ, in id order, in
+// batches, with publisher confirms, and marks a row sent only after its
+// confirm. One relay is active per outbox table (a session-level advisory
+// lock on the table's oid); the others stand by, trying the lock every few
+// seconds, and one takes over when the active one's session ends (a crash,
+// a kill, a lost node: PostgreSQL releases the lock with the connection).
+//
+// It wakes on NOTIFY within milliseconds of a commit and polls as well: a
+// notification can be missed (a reconnect, PgBouncer in transaction pooling,
+// which does not pass LISTEN), a poll cannot.
+//
+// A crash between a confirm and the mark publishes the row again: the copy
+// carries the same message id and key, and the consumer's claim absorbs it
+// (counted here as republished, there as a duplicate).
+import { hostname } from 'node:os';
+import { randomUUID } from 'node:crypto';
+import amqp, { type ChannelModel, type ConfirmChannel, type Message } from 'amqplib';
+import type pg from 'pg';
+import client from 'prom-client';
+import pino, { type Logger } from 'pino';
+import { retryDelayMs } from '../backoff.js';
+import { connectAny, withHeartbeat } from '../broker-urls.js';
+import { compactReason } from '../envelope.js';
+import { applyMigrations } from '../migrate.js';
+import { outboxMetrics, type OutboxMetrics, type PublishError } from './metrics.js';
+import { rowMessage, type OutboxRow } from './rows.js';
+import { NOTIFY_CHANNEL, OUTBOX_MIGRATIONS, OUTBOX_SQL } from './sql.js';
+
+export interface RelayOptions {
+  /** the database whose jobfleet_outbox this relay publishes */
+  pool: pg.Pool;
+  /** amqp(s) URL, or a cluster's URLs comma-separated (as JOBFLEET_BROKER_URL) */
+  brokerUrl: string;
+  /** passed to amqplib's connect (e.g. { ca } for a private CA) */
+  socketOptions?: Record<string, unknown>;
+  /** the `outbox` label of the relay's metrics (default "outbox") */
+  outbox?: string;
+  /** rows per batch (default 500) */
+  batchSize?: number;
+  /** how often an idle relay looks without a notification (default 1000 ms) */
+  pollMs?: number;
+  /** how often a standby tries the lock (default 2000 ms) */
+  standbyMs?: number;
+  /** how often the relay's row and gauges are refreshed (default 5000 ms) */
+  heartbeatMs?: number;
+  /** sent rows are deleted this long after their confirm (default 24 h) */
+  retentionSeconds?: number;
+  /** the longest wait between tries while the broker or the database fails (default 30 s) */
+  maxBackoffMs?: number;
+  /** apply the outbox's migrations first (default true) */
+  migrate?: boolean;
+  /** where the relay's metrics go (default: a registry of its own) */
+  registry?: client.Registry;
+  logger?: Logger;
+  random?: () => number;
+}
+
+export interface Relay {
+  /** true while this relay holds the lock and publishes */
+  readonly active: boolean;
+  /** the relay's metrics registry */
+  readonly registry: client.Registry;
+  /** finishes the batch in flight, lets the lock go and closes its broker connection */
+  stop(): Promise<void>;
+}
+
+/** Starts a relay (standing by until it holds the outbox's lock). */
+export function startRelay(opts: RelayOptions): Relay {
+  const relay = new OutboxRelay(opts);
+  relay.start();
+  return relay;
+}
+
+type Published = { row: OutboxRow; failed?: { reason: PublishError; message: string } };
+
+const SWEEP_MS = 60_000;
+const SWEEP_BATCH = 1000;
+
+class OutboxRelay implements Relay {
+  readonly registry: client.Registry;
+  private readonly metrics: OutboxMetrics;
+  private readonly log: Logger;
+  private readonly holder = `${hostname()}/${process.pid}/${randomUUID().slice(0, 8)}`;
+  private readonly o: Required<
+    Pick<
+      RelayOptions,
+      | 'batchSize'
+      | 'pollMs'
+      | 'standbyMs'
+      | 'heartbeatMs'
+      | 'retentionSeconds'
+      | 'maxBackoffMs'
+      | 'random'
+    >
+  >;
+  private stopped = false;
+  private isActive = false;
+  private running: Promise<void> = Promise.resolve();
+  /** set by a notification (or stop) since the last look: the next sleep returns at once */
+  private poked = false;
+  private waiter: (() => void) | undefined;
+  private conn: ChannelModel | undefined;
+  private ch: ConfirmChannel | undefined;
+  private brokerFailures = 0;
+  /** the last failure not yet written to the relay's row */
+  private unreported: string | null = null;
+
+  constructor(private readonly opts: RelayOptions) {
+    this.registry = opts.registry ?? new client.Registry();
+    this.metrics = outboxMetrics(this.registry, opts.outbox ?? 'outbox');
+    this.metrics.active(false);
+    this.log = (opts.logger ?? pino({ level: process.env.LOG_LEVEL ?? 'info' })).child({
+      component: 'outbox-relay',
+      outbox: opts.outbox ?? 'outbox',
+    });
+    this.o = {
+      batchSize: opts.batchSize ?? 500,
+      pollMs: opts.pollMs ?? 1000,
+      standbyMs: opts.standbyMs ?? 2000,
+      heartbeatMs: opts.heartbeatMs ?? 5000,
+      retentionSeconds: opts.retentionSeconds ?? 86_400,
+      maxBackoffMs: opts.maxBackoffMs ?? 30_000,
+      random: opts.random ?? Math.random,
+    };
+  }
+
+  get active(): boolean {
+    return this.isActive;
+  }
+
+  start(): void {
+    this.running = this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.wake();
+    await this.running;
+  }
+
+  private async run(): Promise<void> {
+    let failures = 0;
+    while (!this.stopped) {
+      try {
+        if (this.opts.migrate !== false) await this.migrated();
+        await this.standOrRelay();
+        failures = 0;
+      } catch (err) {
+        failures++;
+        this.log.warn(
+          { err: describe(err) },
+          'outbox relay: the outbox database failed; trying again',
+        );
+        await this.sleep(this.backoff(failures));
+      }
+    }
+    await this.closeBroker();
+  }
+
+  private migratedOnce = false;
+
+  private async migrated(): Promise<void> {
+    if (this.migratedOnce) return;
+    await applyMigrations(this.opts.pool, OUTBOX_MIGRATIONS);
+    this.migratedOnce = true;
+  }
+
+  /** Tries the lock once: relays while it holds it, or waits standbyMs. */
+  private async standOrRelay(): Promise<void> {
+    const session = await this.opts.pool.connect();
+    let held = false;
+    let returned = false;
+    let broken: Error | undefined;
+    const onError = (err: Error) => {
+      broken = err;
+      this.wake();
+    };
+    session.on('error', onError);
+    try {
+      const { locked, schema } = (
+        await session.query<{ locked: boolean; schema: string }>(OUTBOX_SQL.tryLock)
+      ).rows[0] as { locked: boolean; schema: string };
+      held = locked;
+      if (!locked) {
+        session.off('error', onError);
+        session.release();
+        returned = true;
+        await this.sleep(this.o.standbyMs);
+        return;
+      }
+      await this.relay(session, schema, () => broken);
+    } catch (err) {
+      broken ??= err as Error;
+      throw err;
+    } finally {
+      if (!returned) {
+        session.off('error', onError);
+        // never back into the pool: the session holds the lock until it ends
+        session.release(broken ?? new Error('outbox relay session ended'));
+        if (held) this.setActive(false);
+      }
+    }
+  }
+
+  private setActive(on: boolean): void {
+    this.isActive = on;
+    this.metrics.active(on);
+    this.log.info(on ? 'outbox relay active' : 'outbox relay standing by');
+  }
+
+  /** Publishes while this session holds the lock, until stopped or the session fails. */
+  private async relay(
+    session: pg.PoolClient,
+    schema: string,
+    broken: () => Error | undefined,
+  ): Promise<void> {
+    const onNotify = (n: pg.Notification) => {
+      if (n.channel === NOTIFY_CHANNEL && n.payload === schema) this.wake();
+    };
+    session.on('notification', onNotify);
+    try {
+      await session.query(`listen ${NOTIFY_CHANNEL}`);
+      await session.query(OUTBOX_SQL.activate, [this.holder]);
+      this.setActive(true);
+      let beat = 0;
+      let swept = Date.now();
+      while (!this.stopped) {
+        const lost = broken();
+        if (lost) throw lost;
+        if (Date.now() - beat >= this.o.heartbeatMs) {
+          await this.heartbeat(session);
+          beat = Date.now();
+        }
+        if (Date.now() - swept >= SWEEP_MS) {
+          await this.sweep(session);
+          swept = Date.now();
+        }
+        const ch = await this.channel();
+        if (!ch) {
+          await this.sleep(this.backoff(this.brokerFailures));
+          continue;
+        }
+        this.poked = false;
+        const { rows } = await session.query<OutboxRow>(OUTBOX_SQL.take, [this.o.batchSize]);
+        if (rows.length === 0) {
+          await this.sleep(this.o.pollMs);
+          continue;
+        }
+        rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+        await this.settle(session, await publishBatch(ch, rows));
+      }
+    } finally {
+      session.off('notification', onNotify);
+    }
+  }
+
+  /** Marks the confirmed rows sent; the refused ones wait; a lost channel backs the relay off. */
+  private async settle(session: pg.PoolClient, results: Published[]): Promise<void> {
+    const ok = results.filter((r) => !r.failed);
+    if (ok.length > 0) {
+      await session.query(OUTBOX_SQL.sent, [ok.map((r) => r.row.id), this.holder]);
+      this.metrics.published(ok.length);
+      const again = ok.filter((r) => r.row.publishes > 1).length;
+      if (again > 0) this.metrics.republished(again);
+    }
+    const failed = results.filter((r) => r.failed);
+    if (failed.length === 0) return;
+    for (const reason of ['broker_unreachable', 'refused', 'unroutable'] as const) {
+      const of = failed.filter((r) => r.failed?.reason === reason);
+      if (of.length > 0) this.metrics.error(reason, of.length);
+    }
+    const first = failed[0]?.failed as NonNullable<Published['failed']>;
+    this.unreported = first.message;
+    this.log.warn(
+      { failed: failed.length, reason: first.reason, err: first.message },
+      'outbox relay: rows not published; tried again later',
+    );
+    if (
+      first.reason === 'broker_unreachable' ||
+      failed.some((r) => r.failed?.reason === 'broker_unreachable')
+    ) {
+      this.brokerFailures++;
+      await this.closeBroker();
+      await this.sleep(this.backoff(this.brokerFailures));
+      return;
+    }
+    // refused or unroutable: those rows wait, the others go on
+    const byMessage = new Map<string, string[]>();
+    for (const r of failed) {
+      const m = (r.failed as NonNullable<Published['failed']>).message;
+      byMessage.set(m, [...(byMessage.get(m) ?? []), r.row.id]);
+    }
+    const waitMs = this.backoff(Math.max(...failed.map((r) => r.row.publishes)));
+    for (const [message, ids] of byMessage)
+      await session.query(OUTBOX_SQL.refused, [ids, waitMs, message]);
+  }
+
+  private async heartbeat(session: pg.PoolClient): Promise<void> {
+    const error = this.unreported;
+    this.unreported = null;
+    await session.query(OUTBOX_SQL.heartbeat, [this.holder, error]);
+    const { rows } = await session.query<{ unsent: number; oldest: Date | null }>(
+      OUTBOX_SQL.unsent,
+    );
+    const oldest = rows.reduce<number>(
+      (m, r) => (r.oldest ? Math.min(m, r.oldest.getTime()) : m),
+      Infinity,
+    );
+    this.metrics.stats({
+      unsent: rows.reduce((n, r) => n + r.unsent, 0),
+      oldestSeconds: Number.isFinite(oldest) ? Math.max(0, (Date.now() - oldest) / 1000) : 0,
+    });
+  }
+
+  private async sweep(session: pg.PoolClient): Promise<void> {
+    for (let i = 0; i < 10; i++) {
+      const r = await session.query(OUTBOX_SQL.sweep, [this.o.retentionSeconds, SWEEP_BATCH]);
+      if ((r.rowCount ?? 0) < SWEEP_BATCH) return;
+    }
+  }
+
+  /** The confirm channel, connecting when there is none; undefined while the broker is unreachable. */
+  private async channel(): Promise<ConfirmChannel | undefined> {
+    if (this.ch) return this.ch;
+    try {
+      const conn = await connectAny(this.opts.brokerUrl, (url) =>
+        amqp.connect(withHeartbeat(url), {
+          ...this.opts.socketOptions,
+          clientProperties: { connection_name: 'jobfleet outbox relay' },
+        }),
+      );
+      conn.on('error', (err: Error) => this.brokerLost(describe(err)));
+      conn.on('close', () => {
+        if (this.conn === conn) this.conn = this.ch = undefined;
+      });
+      const ch = await conn.createConfirmChannel();
+      ch.on('error', (err: Error) => this.brokerLost(describe(err)));
+      ch.on('close', () => {
+        if (this.ch === ch) this.ch = undefined;
+      });
+      this.conn = conn;
+      this.ch = ch;
+      this.brokerFailures = 0;
+      return ch;
+    } catch (err) {
+      this.brokerFailures++;
+      this.brokerLost(`broker unreachable: ${describe(err)}`);
+      return undefined;
+    }
+  }
+
+  private brokerLost(message: string): void {
+    this.unreported = message;
+    this.log.warn({ err: message }, 'outbox relay: broker connection failed');
+  }
+
+  private async closeBroker(): Promise<void> {
+    const conn = this.conn;
+    this.conn = this.ch = undefined;
+    await conn?.close().catch(() => undefined);
+  }
+
+  private backoff(failures: number): number {
+    return retryDelayMs(
+      { initialDelayMs: 200, maxDelayMs: this.o.maxBackoffMs },
+      failures,
+      undefined,
+      this.o.random,
+    );
+  }
+
+  private wake(): void {
+    this.poked = true;
+    this.waiter?.();
+  }
+
+  /** Waits `ms`, or less when woken; returns at once when woken since the last look. */
+  private sleep(ms: number): Promise<void> {
+    if (this.poked || this.stopped) {
+      this.poked = false;
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.waiter = undefined;
+        this.poked = false;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.waiter = done;
+    });
+  }
+}
+
+/**
+ * Publishes the rows (mandatory: a queue that does not exist returns the
+ * message, which the broker would otherwise confirm and drop) and waits for
+ * every confirm.
+ */
+async function publishBatch(ch: ConfirmChannel, rows: readonly OutboxRow[]): Promise<Published[]> {
+  const returned = new Map<string, string>();
+  const onReturn = (msg: Message) =>
+    returned.set(
+      `${msg.fields.routingKey}\n${String(msg.properties.messageId)}`,
+      (msg.fields as { replyText?: string }).replyText ?? 'NO_ROUTE',
+    );
+  ch.on('return', onReturn);
+  try {
+    return await Promise.all(
+      rows.map(
+        (row) =>
+          new Promise<Published>((resolve) => {
+            const { body, props } = rowMessage(row);
+            const unreachable = (err: unknown): Published => ({
+              row,
+              failed: {
+                reason: 'broker_unreachable',
+                message: `broker unreachable: ${describe(err)}`,
+              },
+            });
+            try {
+              ch.publish('', row.queue, body, { ...props, mandatory: true }, (err) => {
+                if (err)
+                  return resolve(
+                    /nacked/.test(String((err as Error).message))
+                      ? {
+                          row,
+                          failed: {
+                            reason: 'refused',
+                            message: `the broker refused the message for queue "${row.queue}" (nack: a full queue that rejects publishes, or a broker alarm)`,
+                          },
+                        }
+                      : unreachable(err),
+                  );
+                const why = returned.get(`${row.queue}\n${row.message_id}`);
+                resolve(
+                  why
+                    ? {
+                        row,
+                        failed: {
+                          reason: 'unroutable',
+                          message: `queue "${row.queue}" does not exist (${why}): start its workers, which declare it, or fix the row's queue`,
+                        },
+                      }
+                    : { row },
+                );
+              });
+            } catch (err) {
+              resolve(unreachable(err));
+            }
+          }),
+      ),
+    );
+  } finally {
+    ch.off('return', onReturn);
+  }
+}
+
+function describe(err: unknown): string {
+  return compactReason(err instanceof Error ? err.message : String(err));
+}
