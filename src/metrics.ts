@@ -50,6 +50,24 @@ export function operatorMetrics(registry = new client.Registry()) {
     labelNames,
     registers: r,
   });
+  const outboxUnsent = new client.Gauge({
+    name: 'jobfleet_queue_outbox_unsent',
+    help: 'Rows for the queue waiting in the outbox spec.outbox names (docs/outbox.md)',
+    labelNames,
+    registers: r,
+  });
+  const outboxOldestAge = new client.Gauge({
+    name: 'jobfleet_queue_outbox_oldest_age_seconds',
+    help: 'Age of the oldest of them (0 when none waits): part of jobfleet_queue_oldest_message_age_seconds; the JobfleetOutboxStalled alert',
+    labelNames,
+    registers: r,
+  });
+  const outboxDelivering = new client.Gauge({
+    name: 'jobfleet_queue_outbox_delivering',
+    help: '1 while OutboxDelivering is True (or Unknown), 0 while False: jobs wait and the relay fails, is missing or stalls',
+    labelNames,
+    registers: r,
+  });
   // The leading term's queues, read at scrape time; nothing while standing by.
   let queues: () => QueueFigures | undefined = () => undefined;
   return {
@@ -73,6 +91,20 @@ export function operatorMetrics(registry = new client.Registry()) {
       inDoubtHeld.set({ namespace, jobworker }, stats.inDoubt?.held ?? 0);
       inDoubtDeciding.set({ namespace, jobworker }, stats.inDoubt?.deciding ?? 0);
       deadLetterMaxAge.set({ namespace, jobworker }, maxAgeSeconds);
+    },
+    setOutbox(
+      namespace: string,
+      jobworker: string,
+      o: { unsent: number; oldestSeconds: number | null },
+      delivering: boolean,
+    ) {
+      outboxUnsent.set({ namespace, jobworker }, o.unsent);
+      outboxOldestAge.set({ namespace, jobworker }, o.oldestSeconds ?? 0);
+      outboxDelivering.set({ namespace, jobworker }, delivering ? 1 : 0);
+    },
+    forgetOutbox(namespace: string, jobworker: string) {
+      for (const g of [outboxUnsent, outboxOldestAge, outboxDelivering])
+        g.remove({ namespace, jobworker });
     },
     forgetDeadLetters(namespace: string, jobworker: string) {
       oldestDeadLetter.delete(`${namespace}/${jobworker}`);

@@ -13,6 +13,7 @@ import { requestKind } from './kube/request-kind.js';
 import { operatorMetrics, type OperatorMetrics } from './metrics.js';
 import { BrokerSettingsReader } from './signals/broker-settings.js';
 import { DeadLetterReader } from './signals/dead-letters.js';
+import { OutboxReader } from './signals/outbox.js';
 
 export interface OperatorOptions {
   client: KubeClient;
@@ -82,11 +83,13 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
   countApiCalls(o.client, metrics);
   const namespaces = o.namespaces?.length ? o.namespaces : [undefined];
   const deadLetters = new DeadLetterReader();
+  const outbox = new OutboxReader();
   // The current leadership term (see ./controller/term.ts); undefined while standing by.
   let term: LeadershipTerm | undefined;
   metrics.readQueues(() => term?.figures());
   const reconciler = new JobWorkerReconciler({
     deadLetters,
+    outbox,
     deadLetterReadMs: o.deadLetterReadMs,
     brokerSettings: new BrokerSettingsReader(),
     brokerSettingsReadMs: o.brokerSettingsReadMs,
@@ -133,6 +136,7 @@ export async function startOperator(o: OperatorOptions): Promise<Operator> {
       await elector.stop();
       await last?.stop();
       await deadLetters.close();
+      await outbox.close();
       await new Promise((r) => server.close(r));
       log.info('operator stopped');
     },

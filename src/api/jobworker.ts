@@ -548,6 +548,31 @@ export const jobWorkerSpec = z
           .describe('Alert when the oldest dead letter is older'),
       })
       .describe('Who owns the dead-letter quarantine, and when to alert on it'),
+    outbox: z
+      .object({
+        urlSecretRef: secretKeyRef.describe(
+          'PostgreSQL URL of the producer’s database whose jobfleet_outbox feeds this queue (docs/outbox.md)',
+        ),
+        relay: z
+          .enum(['Workers', 'Producer'])
+          .default('Workers')
+          .describe(
+            'Who relays it to RabbitMQ: Workers (each worker pod runs a relay, one active; they get the URL as JOBFLEET_OUTBOX_URL) or Producer (your processes run startRelay; the pods never connect to that database)',
+          ),
+        stalledAfterSeconds: z
+          .number()
+          .int()
+          .min(5)
+          .max(86_400)
+          .default(60)
+          .describe(
+            'The oldest unsent row older than this sets OutboxDelivering=False (OutboxStalled) even while the relay reports no error',
+          ),
+      })
+      .optional()
+      .describe(
+        'The transactional outbox that feeds the queue: its oldest unsent row counts in the queue’s age, and OutboxDelivering says whether its relay keeps up',
+      ),
   })
   .meta(
     cel([
@@ -767,6 +792,24 @@ export const jobWorkerStatus = z
       .describe(
         'Jobs whose outcome is unknown, read from the claims database; absent when there are none',
       ),
+    outbox: z
+      .object({
+        unsent: z.number().int().describe('Rows for this queue not yet confirmed by the broker'),
+        oldestUnsentSeconds: z
+          .number()
+          .optional()
+          .describe('Age of the oldest of them: it counts in scaling.oldestMessageAgeSeconds'),
+        relay: z
+          .string()
+          .optional()
+          .describe('The active relay (host/pid/id), when one holds the outbox’s lock'),
+        lastError: z
+          .string()
+          .optional()
+          .describe('The relay’s last error, when it is newer than its last publish'),
+      })
+      .optional()
+      .describe('The outbox spec.outbox names, as last read'),
     currentRevision: z.string().optional().describe('The revision running on every replica, ready'),
     updateRevision: z.string().optional().describe('The revision being moved to'),
     history: z

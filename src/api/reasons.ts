@@ -17,6 +17,7 @@ export const CONDITION_TYPES = [
   'AgeObjectiveMet',
   'AgeMeasured',
   'DeadLettersOverdue',
+  'OutboxDelivering',
   'BrokerSettingsSafe',
 ] as const;
 export type ConditionType = (typeof CONDITION_TYPES)[number];
@@ -200,6 +201,23 @@ export const CONDITIONS = {
       WithinMaxAge: 'False. Dead letters are quarantined, the oldest within maxAgeSeconds.',
       Empty: 'False. Nothing is quarantined.',
       Unreadable: 'Unknown. The claims database could not be read.',
+    },
+  },
+  OutboxDelivering: {
+    means:
+      'The relay of the outbox spec.outbox names keeps up: jobs committed there reach the queue (docs/outbox.md).',
+    reasons: {
+      Delivered: 'True. Nothing waits in the outbox for this queue.',
+      Delivering: 'True. Jobs wait in the outbox and the relay is publishing them.',
+      RelayFailing:
+        'False. Jobs wait, and the relay’s last error is newer than its last publish (the broker unreachable or refusing, a queue missing): the message quotes it.',
+      NoRelay:
+        'False. Jobs wait and no relay holds the outbox’s lock: start one (spec.outbox.relay Workers, or startRelay in the producer).',
+      OutboxStalled:
+        'False. The oldest unsent row is older than spec.outbox.stalledAfterSeconds, though the relay reports no error.',
+      NoOutboxTable:
+        'Unknown. The database has no jobfleet_outbox yet: the producer has not run migrateOutbox.',
+      Unreadable: 'Unknown. The outbox’s database could not be read.',
     },
   },
   BrokerSettingsSafe: {

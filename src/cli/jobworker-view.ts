@@ -104,6 +104,10 @@ export function statusLines(
     lines.push(
       `In doubt:    ${st.inDoubt.deciding} being decided, ${st.inDoubt.held} held for a person${st.inDoubt.held ? ` (kubectl jobworker why ${jw.metadata.name} names them)` : ''}`,
     );
+  if (st.outbox)
+    lines.push(
+      `Outbox:      ${st.outbox.unsent} waiting${st.outbox.oldestUnsentSeconds !== undefined ? `, the oldest ${st.outbox.oldestUnsentSeconds} s` : ''}; relay ${st.outbox.relay ?? 'none active'}${st.outbox.lastError ? `, failing: ${st.outbox.lastError}` : ''}`,
+    );
   for (const type of [
     'RolloutBlocked',
     'Degraded',
@@ -248,6 +252,11 @@ function blockers(jw: JobWorkerView): string[] {
   const broker = cond(jw, 'BrokerSettingsSafe');
   if (broker?.status === 'False')
     out.push(`Broker settings lose or stall jobs (${broker.reason}): ${broker.message}`);
+  const outbox = cond(jw, 'OutboxDelivering');
+  if (outbox?.status === 'False')
+    out.push(
+      `Jobs stuck in the outbox (${outbox.reason}): ${outbox.message} (docs/runbook.md#outbox-stalled)`,
+    );
   const lastCohort = jw.status?.lastCohort;
   if (
     jw.status?.abortedRevision &&

@@ -8,16 +8,19 @@ import { parseSpec, type JobWorkerSpec } from '../api/jobworker.js';
 import type { KubeClient, KubeObject } from '../kube/client.js';
 import type { OperatorMetrics } from '../metrics.js';
 import { cohortDeploymentName, envProblems, ownCohort } from '../reconcile/children/index.js';
-import type {
-  CapacityReading,
-  Observation,
-  Problem,
-  QueueObservation,
-  DeadLetterInput,
-  QueueStats,
+import {
+  OUTBOX_READ_MS,
+  type CapacityReading,
+  type Observation,
+  type Problem,
+  type QueueObservation,
+  type DeadLetterInput,
+  type OutboxInput,
+  type QueueStats,
 } from '../reconcile/model/index.js';
 import type { BrokerSettingsReader } from '../signals/broker-settings.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
+import type { OutboxReader } from '../signals/outbox.js';
 import type { JobWorkerMemories, ParsedSpec } from './memory.js';
 import { readQuarantine } from './quarantine-poll.js';
 import { fetchFleetSignals, prometheusFor, PrometheusError } from '../signals/prometheus.js';
@@ -52,6 +55,8 @@ export interface ObserverDeps {
   prometheusUrl?: string;
   deadLetters?: DeadLetterReader;
   deadLetterReadMs: number;
+  /** reads the outbox spec.outbox names; unset: not observed */
+  outbox?: OutboxReader;
   /** reads the broker's policies and flags (BrokerSettingsSafe); unset: not checked */
   brokerSettings?: BrokerSettingsReader;
   /** how often a broker's settings are read (default a minute) */
@@ -134,6 +139,8 @@ export class Observer {
       spec && this.d.deadLetters
         ? await this.observeDeadLetters(namespace, name, spec, secrets.values)
         : undefined;
+    const outbox =
+      spec?.outbox && this.d.outbox ? await this.observeOutbox(spec, secrets.values) : undefined;
     return {
       raw,
       spec,
@@ -150,8 +157,37 @@ export class Observer {
       ...(queue && { queue }),
       polling,
       ...(deadLetters && { deadLetters }),
+      ...(outbox && { outbox }),
       ...(brokerSettings && { brokerSettings }),
     };
+  }
+
+  /**
+   * The outbox spec.outbox names, from a snapshot of its database at most
+   * half OUTBOX_READ_MS old (one read per database, shared by its
+   * JobWorkers); a slow database holds the reconcile for at most 2 s.
+   */
+  private async observeOutbox(
+    spec: JobWorkerSpec,
+    secrets: Map<string, string>,
+  ): Promise<OutboxInput | undefined> {
+    const url = secrets.get('spec.outbox.urlSecretRef');
+    const o = spec.outbox;
+    if (!url || !o || !this.d.outbox) return undefined;
+    const read = this.d.outbox.read(url, spec.broker.queue, OUTBOX_READ_MS / 2).then(
+      (stats) => ({ stats }),
+      (err: unknown) => ({ error: (err as Error).message }),
+    );
+    const r = await Promise.race([
+      read,
+      new Promise<{ error: string }>((res) =>
+        setTimeout(
+          () => res({ error: 'the outbox database did not answer within 2 s' }),
+          DEAD_LETTER_READ_WAIT_MS,
+        ),
+      ),
+    ]);
+    return { stalledAfterSeconds: o.stalledAfterSeconds, ...r };
   }
 
   /**
@@ -256,6 +292,7 @@ export class Observer {
       ['spec.broker.urlSecretRef', spec.broker.urlSecretRef],
       ['spec.broker.managementUrlSecretRef', spec.broker.managementUrlSecretRef],
       ['spec.claims.urlSecretRef', spec.claims.urlSecretRef],
+      ['spec.outbox.urlSecretRef', spec.outbox?.urlSecretRef],
     ];
     const problems: Problem[] = [];
     const values = new Map<string, string>();

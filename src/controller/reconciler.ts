@@ -29,6 +29,7 @@ import { BROKER_REASONS } from '../reconcile/broker/index.js';
 import { planFromHeld, workersAskEveryMs, workersShortSince } from '../reconcile/status/index.js';
 import type { BrokerSettingsReader } from '../signals/broker-settings.js';
 import type { DeadLetterReader } from '../signals/dead-letters.js';
+import type { OutboxReader } from '../signals/outbox.js';
 import { podsToAsk } from '../signals/worker-readiness.js';
 import { JobWorkerMemories, type JobWorkerMemory } from './memory.js';
 import { Observer, type ObjectCache, type ReconcileCounts } from './observe.js';
@@ -56,6 +57,8 @@ export interface ReconcilerDeps {
   prometheusUrl?: string;
   /** reads the quarantine from each JobWorker's claims database; unset: not observed */
   deadLetters?: DeadLetterReader;
+  /** reads the outbox a JobWorker names (spec.outbox); unset: not observed */
+  outbox?: OutboxReader;
   /** how often a JobWorker's quarantine is read (default 30 s) */
   deadLetterReadMs?: number;
   /** reads each broker's policies and flags (BrokerSettingsSafe); unset: not checked */
@@ -88,6 +91,7 @@ export class JobWorkerReconciler {
       prometheusUrl: d.prometheusUrl,
       deadLetters: d.deadLetters,
       deadLetterReadMs: this.deadLetterReadMs,
+      ...(d.outbox && { outbox: d.outbox }),
       brokerSettings: d.brokerSettings,
       brokerSettingsReadMs: d.brokerSettingsReadMs,
       memory: this.memory,
@@ -127,6 +131,7 @@ export class JobWorkerReconciler {
       const obs = await this.observer.observe(raw, cache);
       const plan = await this.plan(obs, memory);
       this.setGauges(namespace, name, plan);
+      this.setOutboxGauges(namespace, name, obs, plan);
       const written = await this.apply(raw, settle(plan, obs, memory.status), memory);
       if (obs.problems.length)
         throw new NeedsAttention(obs.problems.map((p) => p.message).join(' '));
@@ -336,6 +341,20 @@ export class JobWorkerReconciler {
     else for (const reason of BROKER_REASONS) m.brokerSettingsUnsafe.remove({ ...labels, reason });
   }
 
+  /** The outbox spec.outbox names, as read for this plan; none named, none exported. */
+  private setOutboxGauges(
+    namespace: string,
+    jobworker: string,
+    obs: Observation,
+    plan: Plan,
+  ): void {
+    const stats = obs.outbox?.stats;
+    if (!obs.outbox) return this.d.metrics.forgetOutbox(namespace, jobworker);
+    if (!stats) return;
+    const c = plan.status.conditions?.find((x) => x.type === 'OutboxDelivering');
+    this.d.metrics.setOutbox(namespace, jobworker, stats, c?.status !== 'False');
+  }
+
   /** A create; false when one of that name exists already. */
   private async create(obj: KubeObject): Promise<boolean> {
     this.d.metrics.apiWrites.inc({ kind: obj.kind });
@@ -391,6 +410,7 @@ export class JobWorkerReconciler {
   private forget(namespace: string, name: string): void {
     this.memory.forget(`${namespace}/${name}`);
     this.d.metrics.forgetDeadLetters(namespace, name);
+    this.d.metrics.forgetOutbox(namespace, name);
     // A deleted JobWorker's series go too: alerts must not fire on what no longer exists.
     const labels = { namespace, jobworker: name };
     const m = this.d.metrics;

@@ -6,7 +6,13 @@
 // matter only in some states, and is called again with the answer.
 import type { JobWorker, JobWorkerStatus } from '../api/jobworker.js';
 import type { KubeObject } from '../api/kube-object.js';
-import { iso, type ConditionInput, type Observation, type PlanEvent } from './model/index.js';
+import {
+  iso,
+  OUTBOX_READ_MS,
+  type ConditionInput,
+  type Observation,
+  type PlanEvent,
+} from './model/index.js';
 import { brokerEvents, brokerVerdict, type BrokerVerdict } from './broker/index.js';
 import type { FiguresMemory } from './cohort/index.js';
 import {
@@ -191,6 +197,7 @@ function planJobWorker(i: PlanInput): Plan | { need: PlanNeed } {
     paused: r.paused && pause ? pause : undefined,
     workers: w.condition,
     deadLetters: obs.deadLetters,
+    ...(obs.outbox && { outbox: obs.outbox }),
     ...(broker && { broker: broker.condition }),
     rollout: rollout?.status,
     appliedReplicas: fleet.appliedReplicas,
@@ -370,7 +377,8 @@ function rolloutFleet(
         : r.previous,
     deployment,
     now,
-    ageSeconds: r.scaling?.signalOk && !r.paused ? r.scaling.oldestAgeSeconds : undefined,
+    // the queue's own age: a stalled producer-side relay is not the revision's doing
+    ageSeconds: r.scaling?.signalOk && !r.paused ? r.scaling.queueAgeSeconds : undefined,
     answers: i.answers,
     ...(obs.cohortDeployment && { cohortDeployment: obs.cohortDeployment }),
     total: r.desiredReplicas,
@@ -655,7 +663,7 @@ function resumed(
   if (!previous) return previous;
   const a = previous.analysis;
   const r = previous.rollout;
-  const age = scaling?.signalOk ? scaling.oldestAgeSeconds : undefined;
+  const age = scaling?.signalOk ? scaling.queueAgeSeconds : undefined;
   return {
     ...previous,
     ...(a && { analysis: { revision: a.revision, stable: a.stable, startedAt: iso(now) } }),
@@ -667,6 +675,16 @@ function resumed(
       },
     }),
   };
+}
+
+/** The queue's age, and the oldest message's: the queue's or the outbox's oldest unsent row, whichever waited longer. */
+function withOutbox(
+  age: ReturnType<typeof queueAge>['age'],
+  outboxAge: number | undefined,
+): ReturnType<typeof queueAge>['age'] & { queueAgeSeconds: number } {
+  const queueAgeSeconds = age.signals.oldestAgeSeconds;
+  if (outboxAge === undefined || outboxAge <= queueAgeSeconds) return { ...age, queueAgeSeconds };
+  return { ...age, signals: { ...age.signals, oldestAgeSeconds: outboxAge }, queueAgeSeconds };
 }
 
 /** Desired replicas from the queue's signals (src/reconcile/scaling/replicas.ts), with the scaler's memory. */
@@ -689,15 +707,17 @@ function scale(
     Number((d?.status as { readyReplicas?: number } | undefined)?.readyReplicas ?? 0);
   const readyReplicas = ready(obs.deployment) + ready(obs.cohortDeployment);
   let signals: Signals;
-  let age: ReturnType<typeof queueAge>['age'] | undefined;
+  let age: ReturnType<typeof withOutbox> | undefined;
   let ageMemory = mem.age;
   let capacityMemory = mem.capacity;
   let capacity: CapacityEstimate | undefined;
   const q = obs.queue;
+  // a job waiting in the outbox is waiting (docs/outbox.md)
+  const outboxAge = obs.outbox?.stats?.oldestSeconds ?? undefined;
   if (q?.ok) {
     const r = queueAge(q.stats, nowMs, mem.age, q.heads);
     ageMemory = r.memory;
-    age = r.age;
+    age = withOutbox(r.age, outboxAge);
     const c = estimateCapacity(q.capacity, spec.broker.prefetch, mem.capacity, nowMs);
     capacityMemory = c.memory;
     capacity = c.estimate;
@@ -721,6 +741,8 @@ function scale(
       message: d.message,
       signalOk: signals.ok,
       oldestAgeSeconds: age?.signals.oldestAgeSeconds,
+      queueAgeSeconds: age?.queueAgeSeconds,
+      ...(outboxAge !== undefined && { outboxAgeSeconds: outboxAge }),
       queueDepth: age?.signals.depth,
       ageSource: age?.ageSource,
       ...(age?.estimatedBecause && { estimatedBecause: age.estimatedBecause }),
@@ -772,12 +794,15 @@ function requeue(
   // A removed policy clears BrokerSettingsSafe without a change of the JobWorker. (A JobWorker
   // with a management URL polls its queue more often than this anyway.)
   const brokerDue = i.obs.brokerSettings ? (i.brokerSettingsReadMs ?? 60_000) : Infinity;
+  // The outbox is read afresh by a reconcile: a stalled relay shows without a change of anything else.
+  const outboxDue = i.obs.outbox ? OUTBOX_READ_MS : Infinity;
   const after = Math.min(
     held ?? Infinity,
     scaled && i.obs.polling ? i.pollMs : Infinity,
     turns ?? Infinity,
     workersDue,
     brokerDue,
+    outboxDue,
   );
   return Number.isFinite(after) ? { requeueAfterMs: after } : {};
 }

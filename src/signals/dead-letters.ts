@@ -1,9 +1,8 @@
 // The quarantine's size and oldest entry, read from the claims database the
-// workers write (jobfleet_dead_letters). Many JobWorkers often share one
-// claims database: it is read once per refresh for all of its queues (one
-// grouped query, one small pool per database), and every JobWorker of it is
-// answered from that snapshot.
-import pg from 'pg';
+// workers write (jobfleet_dead_letters): one grouped query per database and
+// refresh, shared by its JobWorkers (./database-snapshots.ts).
+import type pg from 'pg';
+import { DatabaseSnapshots } from './database-snapshots.js';
 
 export interface DeadLetterStats {
   quarantined: number;
@@ -39,85 +38,32 @@ export class DeadLetterReadError extends Error {
   override readonly name = 'DeadLetterReadError';
 }
 
-/** Pools idle longer than this are closed: a deleted JobWorker's database is let go. */
-const IDLE_MS = 10 * 60_000;
-
-type Snapshot = { byQueue: Map<string, DeadLetterStats> } | { error: DeadLetterReadError };
-
-interface Database {
-  pool: pg.Pool;
-  used: number;
-  snapshot?: { at: number; value: Snapshot };
-  refreshing?: Promise<Snapshot>;
-}
-
 export class DeadLetterReader {
-  private readonly dbs = new Map<string, Database>();
+  private readonly snapshots: DatabaseSnapshots<Map<string, DeadLetterStats>>;
 
-  constructor(private readonly now: () => number = Date.now) {}
+  constructor(now: () => number = Date.now) {
+    this.snapshots = new DatabaseSnapshots<Map<string, DeadLetterStats>>(
+      readDatabase,
+      (err) =>
+        // No table yet: no worker has started against this database, so nothing is quarantined.
+        (err as { code?: string }).code === '42P01'
+          ? new Map()
+          : new DeadLetterReadError(
+              `cannot read dead letters from the claims database: ${(err as Error).message}`,
+              { cause: err },
+            ),
+      now,
+    );
+  }
 
   /** The queue's quarantine, from a snapshot of its database no older than `maxAgeMs`. */
   async read(claimsUrl: string, queue: string, maxAgeMs: number): Promise<DeadLetterStats> {
-    const db = this.db(claimsUrl);
-    const fresh = db.snapshot && this.now() - db.snapshot.at < maxAgeMs;
-    const snap = fresh ? db.snapshot!.value : await this.refresh(db);
-    if ('error' in snap) throw snap.error;
-    return snap.byQueue.get(queue) ?? { quarantined: 0, oldestAt: null, inDoubt: NO_DOUBT };
+    const byQueue = await this.snapshots.read(claimsUrl, maxAgeMs);
+    return byQueue.get(queue) ?? { quarantined: 0, oldestAt: null, inDoubt: NO_DOUBT };
   }
 
-  /** One read per database at a time, however many JobWorkers ask. */
-  private refresh(db: Database): Promise<Snapshot> {
-    db.refreshing ??= readDatabase(db.pool)
-      .then(
-        (byQueue): Snapshot => ({ byQueue }),
-        (err: unknown): Snapshot =>
-          // No table yet: no worker has started against this database, so nothing is quarantined.
-          (err as { code?: string }).code === '42P01'
-            ? { byQueue: new Map() }
-            : {
-                error: new DeadLetterReadError(
-                  `cannot read dead letters from the claims database: ${(err as Error).message}`,
-                  { cause: err },
-                ),
-              },
-      )
-      .then((value) => {
-        db.snapshot = { at: this.now(), value };
-        db.refreshing = undefined;
-        return value;
-      });
-    return db.refreshing;
-  }
-
-  private db(url: string): Database {
-    const now = this.now();
-    for (const [k, v] of this.dbs)
-      if (now - v.used > IDLE_MS) {
-        this.dbs.delete(k);
-        void v.pool.end().catch(() => undefined);
-      }
-    let db = this.dbs.get(url);
-    if (!db) {
-      const pool = new pg.Pool({
-        connectionString: url,
-        max: 1,
-        idleTimeoutMillis: 30_000,
-        connectionTimeoutMillis: 3000,
-        statement_timeout: 3000,
-        application_name: 'jobfleet-operator',
-      });
-      pool.on('error', () => undefined); // an idle connection dropped: the next read reconnects
-      db = { pool, used: now };
-      this.dbs.set(url, db);
-    }
-    db.used = now;
-    return db;
-  }
-
-  async close(): Promise<void> {
-    const dbs = [...this.dbs.values()];
-    this.dbs.clear();
-    await Promise.all(dbs.map((d) => d.pool.end().catch(() => undefined)));
+  close(): Promise<void> {
+    return this.snapshots.close();
   }
 }
 

@@ -258,6 +258,7 @@ describe('the Helm chart, rendered', () => {
       'JobfleetCappedByDownstream',
       'JobfleetBrokerSettingsUnsafe',
       'JobfleetInDoubtHeld',
+      'JobfleetOutboxStalled',
       'JobfleetReconcileErrors',
     ]);
     expect(rules[0]!.for).toBe('20m');
@@ -367,7 +368,7 @@ describe('the Helm chart, rendered', () => {
       path.join(dir, 'alerts_test.yaml'),
     );
     const check = await run('promtool', ['check', 'rules', path.join(dir, 'rules.yaml')]);
-    expect(check.stdout).toContain('SUCCESS: 8 rules found');
+    expect(check.stdout).toContain('SUCCESS: 9 rules found');
     const test = await run('promtool', ['test', 'rules', path.join(dir, 'alerts_test.yaml')]);
     expect(test.stdout).toContain('SUCCESS');
   });

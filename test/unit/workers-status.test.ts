@@ -1,7 +1,7 @@
 // What the JobWorker says about its worker pods (WorkersReady, Degraded) and
 // about a pause, from what the pods report: pure.
 import { describe, expect, it } from 'vitest';
-import { duration } from '../../src/reconcile/status/status.js';
+import { duration } from '../../src/reconcile/status/duration.js';
 import {
   parseWorkerWords,
   workersNeedChecking,

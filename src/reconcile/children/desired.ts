@@ -80,6 +80,11 @@ const WORKER_ENV: ReadonlyArray<{
   { field: 'queue', from: 'spec.broker.queue', value: (s) => s.broker.queue },
   { field: 'brokerUrl', from: 'spec.broker.urlSecretRef', value: (s) => s.broker.urlSecretRef },
   { field: 'claimsUrl', from: 'spec.claims.urlSecretRef', value: (s) => s.claims.urlSecretRef },
+  {
+    field: 'outboxUrl',
+    from: 'spec.outbox.urlSecretRef (relay: Workers)',
+    value: (s) => (s.outbox?.relay === 'Workers' ? s.outbox.urlSecretRef : undefined),
+  },
   { field: 'prefetch', from: 'spec.broker.prefetch', value: (s) => s.broker.prefetch },
   { field: 'queueType', from: 'spec.broker.queueType', value: (s) => s.broker.queueType },
   { field: 'maxAttempts', from: 'spec.retry.maxAttempts', value: (s) => s.retry.maxAttempts },

@@ -9,6 +9,7 @@ export type {
   BrokerSettingsRead,
   CapacityReading,
   DeadLetterInput,
+  OutboxInput,
   HeadReading,
   Observation,
   CapacityCounters,
@@ -16,5 +17,6 @@ export type {
   QueueObservation,
   QueueStats,
 } from './observation.js';
+export { OUTBOX_READ_MS } from './observation.js';
 export { iso } from './time.js';
 export { visibleStatus } from './visible.js';

@@ -44,6 +44,8 @@ export interface Observation {
   /** whether the queue is read at all (a management URL is set): the reconcile polls then */
   polling: boolean;
   deadLetters?: DeadLetterInput;
+  /** the outbox spec.outbox names, when it names one (docs/outbox.md) */
+  outbox?: OutboxInput;
   /** the broker's policies and flags, read only with a management URL (src/signals/broker-settings.ts) */
   brokerSettings?: BrokerSettingsRead;
 }
@@ -111,6 +113,30 @@ export interface CapacityCounters {
 export interface CapacityReading {
   source: 'WorkerMetrics' | 'Prometheus';
   pods: CapacityCounters[];
+}
+
+/** A JobWorker that names an outbox is planned again this often: a stalled relay shows within it. */
+export const OUTBOX_READ_MS = 10_000;
+
+/** The outbox that feeds the JobWorker's queue, as last read (src/signals/outbox.ts). */
+export interface OutboxInput {
+  stalledAfterSeconds: number;
+  /** the last read; undefined until one succeeds */
+  stats?: {
+    unsent: number;
+    oldestSeconds: number | null;
+    relay: {
+      holder: string;
+      heartbeatSeconds: number;
+      lastError: string | null;
+      lastErrorSeconds: number | null;
+      lastSentSeconds: number | null;
+    } | null;
+    /** false: no jobfleet_outbox in that database yet */
+    exists: boolean;
+  };
+  /** why the last read failed */
+  error?: string;
 }
 
 /** The JobWorker's quarantine, as last read from the claims database. */

@@ -11,7 +11,12 @@ export interface ScalingOutcome {
   limitedBy: LimitedBy;
   message: string;
   signalOk: boolean;
+  /** the oldest message's age: the queue's head, or the outbox's oldest unsent row when older */
   oldestAgeSeconds?: number;
+  /** the queue's own head: what a rollout's analysis and a rollback's verification read */
+  queueAgeSeconds?: number;
+  /** the outbox's oldest unsent row for this queue, when spec.outbox names one */
+  outboxAgeSeconds?: number;
   queueDepth?: number;
   ageSource?: AgeSource;
   /** why the age is estimated, when the user can change it */

@@ -9,11 +9,14 @@ import {
   type Problem,
   iso,
   type DeadLetterInput,
+  type OutboxInput,
 } from '../model/index.js';
 import type { KubeObject } from '../../api/kube-object.js';
 import { revisionOf } from '../children/index.js';
 import type { HistoryEntry, PauseSwitch, RolloutStatus } from '../rollout/index.js';
 import type { WorkerReason } from '../../api/reasons.js';
+import { duration } from './duration.js';
+import { outboxCondition, outboxField } from './outbox.js';
 
 export interface DeploymentObservation {
   /** the revision its pod template carries */
@@ -143,6 +146,8 @@ export interface StatusInput {
   history: HistoryEntry[];
   now: Date;
   deadLetters?: DeadLetterInput;
+  /** OutboxDelivering and status.outbox, when spec.outbox names one */
+  outbox?: OutboxInput;
   /** BrokerSettingsSafe (../broker/), when the broker's settings were read */
   broker?: ConditionInput;
   /** what the rollout planned (../rollout/planner.ts) */
@@ -170,16 +175,6 @@ export function coarse(n: number): number {
   if (n < 100) return Math.round(n);
   const p = 10 ** (Math.floor(Math.log10(n)) - 1);
   return Math.round(n / p) * p;
-}
-
-/** Seconds as kubectl prints ages: 37s, 4m10s, 2h5m, 3d4h. */
-export function duration(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  const [d, h, m] = [Math.floor(s / 86_400), Math.floor(s / 3600) % 24, Math.floor(s / 60) % 60];
-  if (d) return `${d}d${h ? `${h}h` : ''}`;
-  if (h) return `${h}h${m ? `${m}m` : ''}`;
-  if (m) return `${m}m${s % 60 ? `${s % 60}s` : ''}`;
-  return `${s}s`;
 }
 
 export function computeStatus(i: StatusInput): JobWorkerStatus {
@@ -213,6 +208,7 @@ export function computeStatus(i: StatusInput): JobWorkerStatus {
     ...(i.scaleDown && { lastScaleDown: lastScaleDown(prev.lastScaleDown, i.scaleDown, i.now) }),
     ...(i.deadLetters?.stats && { deadLetters: deadLettersField(i.deadLetters) }),
     ...(i.deadLetters?.stats?.inDoubt && inDoubtField(i.deadLetters.stats.inDoubt)),
+    ...(i.outbox?.stats && { outbox: outboxField(i.outbox) }),
     ...(i.rollout && {
       rollout: i.rollout.rollout,
       lastRollback: i.rollout.lastRollback,
@@ -277,6 +273,7 @@ function conditionsOf(
     ...optional(i.scaling && ageObjectiveCondition(i.scaling)),
     ...optional(i.scaling?.ageSource ? ageMeasuredCondition(i.scaling) : undefined),
     ...optional(i.deadLetters && deadLetterCondition(i.deadLetters, i.now)),
+    ...optional(i.outbox && outboxCondition(i.outbox)),
     ...optional(i.broker),
     ...optional(i.rollout?.progressing),
     ...(i.rollout?.conditions ?? []),
