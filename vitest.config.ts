@@ -23,9 +23,13 @@ const integration = {
  * soak's short form (on the default quorum queue: its fault matrix runs on both brokers): they
  * run once, there.
  */
-const rabbitmq4Only = ['rabbitmq-cluster', 'rabbitmq-alarms', 'private-ca', 'in-doubt-soak'].map(
-  (f) => `test/integration/${f}.test.ts`,
-);
+const rabbitmq4Only = [
+  'rabbitmq-cluster',
+  'rabbitmq-alarms',
+  'private-ca',
+  'in-doubt-soak',
+  'outbox-operator',
+].map((f) => `test/integration/${f}.test.ts`);
 
 /**
  * Suites that never talk to a broker, or (make-dev) only to the machine's one, as `make dev`

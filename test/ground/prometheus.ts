@@ -22,14 +22,21 @@ export function prometheusBinary(): string {
   }
 }
 
+/**
+ * Scrapes `targets` every second; with `rules` (a rule file's groups, e.g.
+ * the chart's alerts) it evaluates them every second too.
+ */
 export async function startPrometheus(
   targets: Array<{ port: number; labels: Record<string, string> }>,
+  rules?: unknown[],
 ): Promise<TestPrometheus> {
   const bin = prometheusBinary();
   const dir = await mkdtemp(path.join(os.tmpdir(), 'jobfleet-prom-'));
   const port = await freePort();
+  if (rules) await writeFile(path.join(dir, 'rules.yml'), JSON.stringify({ groups: rules }));
   const config = {
     global: { scrape_interval: '1s', evaluation_interval: '1s' },
+    ...(rules && { rule_files: [path.join(dir, 'rules.yml')] }),
     scrape_configs: [
       {
         job_name: 'workers',

@@ -10,12 +10,13 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import * as k8s from '@kubernetes/client-node';
 import { parse, parseAllDocuments, stringify } from 'yaml';
+import { CHART, GROUND_KUBE, helm, IMAGE, render, renderFor, type Doc } from '../fixtures/helm.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { KubeClient, type KubeObject } from '../../src/kube/client.js';
+import { KubeClient } from '../../src/kube/client.js';
 import { KubeAccess } from '../../src/kube/kubeconfig.js';
 import type { Operator } from '../../src/operator.js';
 import { testOperator, urlSecrets } from '../fixtures/operator.js';
-import { assetsDir, groundVersions, repoRoot, startControlPlane } from '../ground/control-plane.js';
+import { assetsDir, repoRoot, startControlPlane } from '../ground/control-plane.js';
 import { eventually } from '../ground/eventually.js';
 import { useKube } from '../ground/index.js';
 import { loadKubeConfig } from '../ground/kube.js';
@@ -28,47 +29,8 @@ import {
 } from '../ground/rbac.js';
 
 const run = promisify(execFile);
-const CHART = path.join(repoRoot, 'charts/jobfleet');
-const helmHome = mkdtempSync(path.join(os.tmpdir(), 'jobfleet-helm-'));
-
-function helm(...args: string[]) {
-  return run(path.join(assetsDir(), 'helm'), args, {
-    env: {
-      ...process.env,
-      HELM_CONFIG_HOME: path.join(helmHome, 'config'),
-      HELM_CACHE_HOME: path.join(helmHome, 'cache'),
-      HELM_DATA_HOME: path.join(helmHome, 'data'),
-    },
-    timeout: 120_000,
-  });
-}
-
-type Doc = KubeObject & Record<string, any>;
-/** The operator's image: the chart has no default (none is published); every install names one. */
-const IMAGE = 'image.repository=registry.example/jobfleet-operator';
-/** The Kubernetes versions the chart is rendered for: its oldest admitted and the ground's (versions.env). */
-const GROUND_KUBE = groundVersions().KUBE_VERSION!;
 const KUBE_VERSIONS = ['1.30.0', GROUND_KUBE] as const;
 
-/** `helm template` for Kubernetes `kube`; each `set` is a --set, or a --set-json when it starts with "json:". */
-async function renderFor(kube: string, ...set: string[]): Promise<Doc[]> {
-  const { stdout } = await helm(
-    'template',
-    'jf',
-    CHART,
-    '--namespace',
-    'jobfleet-system',
-    '--kube-version',
-    kube,
-    ...[IMAGE, ...set].flatMap((s) =>
-      s.startsWith('json:') ? ['--set-json', s.slice(5)] : ['--set', s],
-    ),
-  );
-  return parseAllDocuments(stdout)
-    .map((d) => d.toJSON() as Doc)
-    .filter(Boolean);
-}
-const render = (...set: string[]) => renderFor(GROUND_KUBE, ...set);
 /** A ClusterRole the chart folds into the built-in view/edit/admin roles (for people). */
 const aggregated = (d: Doc) =>
   Object.keys(d.metadata?.labels ?? {}).some((l) =>

@@ -149,7 +149,7 @@ describe('the plan of a JobWorker with an outbox', () => {
       polling: false,
       outbox,
     };
-    return planToCompletion({ obs, now: NOW, pollMs: 10_000 }, () => undefined);
+    return planToCompletion({ obs, memory: undefined, now: NOW, pollMs: 10_000 }, () => undefined);
   }
 
   it("counts the oldest unsent row in the oldest message's age, not in the queue's own", () => {
