@@ -135,11 +135,14 @@ bench: node_modules
 chaos: node_modules
 	node --import tsx bench/chaos.ts --write $(CHAOS_ARGS)
 
-## soak: the in-doubt soak in full — 2,000 jobs booked on a downstream that dedupes nothing, a
-## worker SIGKILLed every 1.5–3 s, with a reconcile and with the blind re-run side by side, 3 runs;
-## figures into bench/RESULTS.md (make test runs its short form; minutes)
+## soak: the soaks in full, 3 runs each, figures into bench/RESULTS.md (make test runs their short
+## forms; minutes). in-doubt: 2,000 jobs booked on a downstream that dedupes nothing, a worker
+## SIGKILLed every 1.5–3 s, with a reconcile and with the blind re-run side by side. outbox: 10,000
+## orders from 4 producers while relays and workers are SIGKILLed. SOAK=in-doubt or SOAK=outbox
+## runs one.
 soak: node_modules rabbitmq4
-	node --import tsx bench/in-doubt-soak.ts --write $(SOAK_ARGS)
+	if [ "$(SOAK)" != outbox ]; then node --import tsx bench/in-doubt-soak.ts --write $(SOAK_ARGS); fi
+	if [ "$(SOAK)" != in-doubt ]; then node --import tsx bench/outbox-soak.ts --write $(SOAK_ARGS); fi
 
 ## demo: the main job end to end on this machine — control plane, operator, example JobWorker,
 ## real worker processes; scales on age, rolls back drain-first, blocks a key-rule change (~3 min)

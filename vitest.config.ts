@@ -29,6 +29,7 @@ const rabbitmq4Only = [
   'private-ca',
   'in-doubt-soak',
   'outbox-operator',
+  'outbox-soak',
 ].map((f) => `test/integration/${f}.test.ts`);
 
 /**

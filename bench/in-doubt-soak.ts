@@ -9,13 +9,12 @@
 //   node --import tsx bench/in-doubt-soak.ts [--jobs 2000] [--runs 3] [--workers 2]
 //        [--rate 100] [--seed 620] [--write]
 import { parseArgs } from 'node:util';
-import { freePort } from '../test/ground/control-plane.js';
 import { runInDoubtSoak, type SoakFigures } from '../test/ground/in-doubt-soak.js';
 import { createSchema } from '../test/ground/postgres.js';
 import { createVhost } from '../test/ground/rabbit.js';
-import { rabbitmq4Root, startRabbitNode } from '../test/ground/rabbitmq-node.js';
 import { configuredUrls } from '../test/ground/services.js';
 import { header, writeSection } from './results.js';
+import { soakBroker } from './soak-broker.js';
 
 const { values: o } = parseArgs({
   options: {
@@ -29,26 +28,7 @@ const { values: o } = parseArgs({
 });
 
 const urls = configuredUrls();
-const root = rabbitmq4Root();
-const node = root
-  ? await startRabbitNode({
-      root,
-      name: `soak-${process.pid}`,
-      amqpPort: await freePort(),
-      mgmtPort: await freePort(),
-      distPort: await freePort(),
-      epmdPort: await freePort(),
-      reapWith: process.pid,
-    })
-  : undefined;
-const broker = node
-  ? { amqpUrl: node.amqpUrl, mgmtUrl: node.mgmtUrl, name: `RabbitMQ ${node.version}, quorum queue` }
-  : {
-      amqpUrl: urls.amqpUrl,
-      mgmtUrl: urls.rabbitMgmtUrl,
-      name: "the machine's RabbitMQ, classic queue",
-    };
-
+const broker = await soakBroker('soak');
 const rows: SoakFigures[] = [];
 try {
   for (let run = 1; run <= Number(o.runs); run++) {
@@ -59,7 +39,7 @@ try {
         const f = await runInDoubtSoak({
           rabbit,
           db,
-          queueType: node ? 'quorum' : 'classic',
+          queueType: broker.queueType,
           jobs: Number(o.jobs),
           workers: Number(o.workers),
           reconcile,
@@ -76,7 +56,7 @@ try {
     }
   }
 } finally {
-  await node?.stop();
+  await broker.stop();
 }
 
 const cmd = `make soak (node --import tsx bench/in-doubt-soak.ts --jobs ${o.jobs} --runs ${o.runs} --workers ${o.workers} --rate ${o.rate} --seed ${o.seed} --write)`;

@@ -7,6 +7,7 @@
 import client from 'prom-client';
 import { operatorMetrics } from '../metrics.js';
 import { workerMetrics } from '../../worker/metrics.js';
+import { outboxMetrics } from '../../worker/outbox/index.js';
 import { jobReplayCrd, jobWorkerCrd, type Schema } from './crd.js';
 import { TEMPLATE_KUBERNETES_VERSION } from './template-rules.js';
 import { DLQ_HELP, JOBFLEET_USAGE, KUBECTL_JOBWORKER_USAGE, VERIFY_HELP } from '../cli/help.js';
@@ -137,6 +138,8 @@ ${rows.join('\n')}`;
   operatorMetrics(operator);
   const worker = new client.Registry();
   workerMetrics(worker);
+  // a worker's outbox relay (docs/outbox.md): registered when it starts one
+  outboxMetrics(worker, 'claims');
   return `${HEADER}
 # Metrics
 
