@@ -14,7 +14,7 @@ import { createSchema } from '../test/ground/postgres.js';
 import { createVhost } from '../test/ground/rabbit.js';
 import { configuredUrls } from '../test/ground/services.js';
 import { header, writeSection } from './results.js';
-import { soakBroker } from './soak-broker.js';
+import { groundBroker } from './ground-broker.js';
 
 const { values: o } = parseArgs({
   options: {
@@ -28,7 +28,7 @@ const { values: o } = parseArgs({
 });
 
 const urls = configuredUrls();
-const broker = await soakBroker('soak');
+const broker = await groundBroker('soak');
 const rows: SoakFigures[] = [];
 try {
   for (let run = 1; run <= Number(o.runs); run++) {

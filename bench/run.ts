@@ -19,6 +19,7 @@ import { renderClaimSection, runClaimBench } from './claim-latency.js';
 import { renderStatusWriteSection, runStatusWriteBench } from './status-write-cost.js';
 import { renderInDoubtCostSection, renderWorkerSection } from './worker-report.js';
 import { runWorkerBench, workerBenchOptions } from './worker-throughput.js';
+import { renderOutboxSection, runOutboxBench } from './outbox-bench.js';
 
 const only = process.env.BENCH;
 
@@ -39,6 +40,25 @@ ${renderInDoubtCostSection(r)}`,
       `${header('Worker throughput: jobfleet vs raw amqplib and peer queue libraries', cmd)}
 ${renderWorkerSection(r)}`,
     );
+}
+if (!only || only === 'outbox') {
+  const args = process.argv.slice(2);
+  const arg = (name: string, d: number) => {
+    const i = args.indexOf(name);
+    return i >= 0 ? Number(args[i + 1]) : d;
+  };
+  const r = await runOutboxBench({
+    jobs: arg('--jobs', 20_000),
+    runs: arg('--runs', 3),
+    rate: arg('--rate', 500),
+    seconds: arg('--seconds', 20),
+  });
+  const cmd = `make bench BENCH=outbox${args.length ? ` BENCH_ARGS="${args.join(' ')}"` : ''}`;
+  writeSection(
+    'outbox',
+    `${header('The outbox: relay throughput against direct publishing, and enqueue-to-handler latency', cmd)}
+${renderOutboxSection(r)}`,
+  );
 }
 if (!only || only === 'claims') {
   const r = await runClaimBench({ quick: process.argv.includes('--quick') });

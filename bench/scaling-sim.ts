@@ -27,6 +27,7 @@ import {
   type Trace,
   type Truth,
 } from './scaling-model.js';
+import { median } from './stats.js';
 import { TRACES } from './scaling-traces.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -323,11 +324,7 @@ function oracle(trace: Trace, arrivals: number[]): SimResult {
   };
 }
 
-export function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-}
+export { median };
 
 export interface TraceSummary {
   trace: string;

@@ -21,6 +21,7 @@ import { BenchDatabase, type PgCounters } from './peers/bench-database.js';
 import { redisFacts, redisPersistence } from './peers/bullmq.js';
 import { ConsumerProcess } from './peers/consumer-process.js';
 import { producePaced } from './peers/paced-producer.js';
+import { median, percentile } from './stats.js';
 import type { ChildReport } from './peers/protocol.js';
 import {
   perServer,
@@ -177,14 +178,6 @@ interface BrokerUrls {
 }
 
 const label = (r: Row) => `${systems[r.system].label} (${r.config})`;
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = Math.floor(s.length / 2);
-  return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
-};
-/** nearest-rank percentile */
-const percentile = (sorted: number[], p: number) =>
-  sorted[Math.max(0, Math.ceil(p * sorted.length) - 1)] ?? NaN;
 /** generous (20 jobs/s): the slowest system must finish, a hung one must not hold the run forever */
 const timeoutMs = (jobs: number) => 60_000 + jobs * 50;
 

@@ -73,7 +73,17 @@ export function startRelay(opts: RelayOptions): Relay {
 
 type Published = { row: OutboxRow; failed?: { reason: PublishError; message: string } };
 
+/** A batch published and not yet marked: its rows, its channel, its confirms. */
+interface InFlight {
+  ids: string[];
+  ch: ConfirmChannel;
+  confirmed: boolean;
+  done: Promise<Published[]>;
+}
+
 const SWEEP_MS = 60_000;
+/** Batches published ahead of their marks. */
+const PIPELINE = 4;
 const SWEEP_BATCH = 1000;
 
 class OutboxRelay implements Relay {
@@ -98,7 +108,7 @@ class OutboxRelay implements Relay {
   private running: Promise<void> = Promise.resolve();
   /** set by a notification (or stop) since the last look: the next sleep returns at once */
   private poked = false;
-  private waiter: (() => void) | undefined;
+  private readonly sleepers = new Set<() => void>();
   private conn: ChannelModel | undefined;
   private ch: ConfirmChannel | undefined;
   private brokerFailures = 0;
@@ -224,6 +234,7 @@ class OutboxRelay implements Relay {
       this.setActive(true);
       let beat = 0;
       let swept = Date.now();
+      const inFlight: InFlight[] = [];
       while (!this.stopped) {
         const lost = broken();
         if (lost) throw lost;
@@ -240,22 +251,61 @@ class OutboxRelay implements Relay {
           await this.sleep(this.backoff(this.brokerFailures));
           continue;
         }
-        this.poked = false;
-        const { rows } = await session.query<OutboxRow>(OUTBOX_SQL.take, [this.o.batchSize]);
-        if (rows.length === 0) {
+        // Up to PIPELINE batches published ahead of their marks: the next batch is
+        // taken and sent while the broker confirms the last (the same channel keeps
+        // their order).
+        if (inFlight.length < PIPELINE) {
+          this.poked = false;
+          const { rows } = await session.query<OutboxRow>(OUTBOX_SQL.take, [
+            this.o.batchSize,
+            inFlight.flatMap((b) => b.ids),
+          ]);
+          if (rows.length > 0) {
+            rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+            const batch: InFlight = {
+              ids: rows.map((r) => r.id),
+              ch,
+              confirmed: false,
+              done: publishBatch(ch, rows).then((r) => {
+                batch.confirmed = true;
+                return r;
+              }),
+            };
+            inFlight.push(batch);
+            continue;
+          }
+        }
+        const first = inFlight[0];
+        if (!first) {
           await this.sleep(this.o.pollMs);
           continue;
         }
-        rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
-        await this.settle(session, await publishBatch(ch, rows));
+        if (inFlight.length < PIPELINE && !first.confirmed) {
+          // its confirms, or new rows to take beside it, whichever comes first
+          await Promise.race([first.done, this.sleep(this.o.pollMs)]);
+          if (!first.confirmed) continue;
+        }
+        inFlight.shift();
+        if (await this.settle(session, await first.done)) {
+          // its channel is gone: the batches sent on it fail too; settled before a new one
+          for (const b of inFlight.splice(0)) await this.settle(session, await b.done);
+          this.brokerFailures++;
+          if (this.ch === first.ch) await this.closeBroker();
+          await this.sleep(this.backoff(this.brokerFailures));
+        }
       }
+      // stopped: the batches in flight are confirmed (or not) and marked before the lock goes
+      for (const b of inFlight.splice(0)) await this.settle(session, await b.done);
     } finally {
       session.off('notification', onNotify);
     }
   }
 
-  /** Marks the confirmed rows sent; the refused ones wait; a lost channel backs the relay off. */
-  private async settle(session: pg.PoolClient, results: Published[]): Promise<void> {
+  /**
+   * Marks the confirmed rows sent; the refused ones wait. True when the
+   * channel was lost (its rows are tried again once it is back).
+   */
+  private async settle(session: pg.PoolClient, results: Published[]): Promise<boolean> {
     const ok = results.filter((r) => !r.failed);
     if (ok.length > 0) {
       await session.query(OUTBOX_SQL.sent, [ok.map((r) => r.row.id), this.holder]);
@@ -264,7 +314,7 @@ class OutboxRelay implements Relay {
       if (again > 0) this.metrics.republished(again);
     }
     const failed = results.filter((r) => r.failed);
-    if (failed.length === 0) return;
+    if (failed.length === 0) return false;
     for (const reason of ['broker_unreachable', 'refused', 'unroutable'] as const) {
       const of = failed.filter((r) => r.failed?.reason === reason);
       if (of.length > 0) this.metrics.error(reason, of.length);
@@ -275,15 +325,7 @@ class OutboxRelay implements Relay {
       { failed: failed.length, reason: first.reason, err: first.message },
       'outbox relay: rows not published; tried again later',
     );
-    if (
-      first.reason === 'broker_unreachable' ||
-      failed.some((r) => r.failed?.reason === 'broker_unreachable')
-    ) {
-      this.brokerFailures++;
-      await this.closeBroker();
-      await this.sleep(this.backoff(this.brokerFailures));
-      return;
-    }
+    if (failed.some((r) => r.failed?.reason === 'broker_unreachable')) return true;
     // refused or unroutable: those rows wait, the others go on
     const byMessage = new Map<string, string[]>();
     for (const r of failed) {
@@ -293,6 +335,7 @@ class OutboxRelay implements Relay {
     const waitMs = this.backoff(Math.max(...failed.map((r) => r.row.publishes)));
     for (const [message, ids] of byMessage)
       await session.query(OUTBOX_SQL.refused, [ids, waitMs, message]);
+    return false;
   }
 
   private async heartbeat(session: pg.PoolClient): Promise<void> {
@@ -371,10 +414,13 @@ class OutboxRelay implements Relay {
 
   private wake(): void {
     this.poked = true;
-    this.waiter?.();
+    for (const s of this.sleepers) s();
   }
 
-  /** Waits `ms`, or less when woken; returns at once when woken since the last look. */
+  /**
+   * Waits `ms`, or less when woken; returns at once when woken since the last
+   * look (the take clears it). Several may wait at once (a race beside a batch's confirms).
+   */
   private sleep(ms: number): Promise<void> {
     if (this.poked || this.stopped) {
       this.poked = false;
@@ -383,12 +429,11 @@ class OutboxRelay implements Relay {
     return new Promise<void>((resolve) => {
       const done = () => {
         clearTimeout(timer);
-        this.waiter = undefined;
-        this.poked = false;
+        this.sleepers.delete(done);
         resolve();
       };
       const timer = setTimeout(done, ms);
-      this.waiter = done;
+      this.sleepers.add(done);
     });
   }
 }

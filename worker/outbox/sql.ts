@@ -96,12 +96,14 @@ export const OUTBOX_SQL = {
               where holder = $1`,
 
   /**
-   * $1 batch size: the next unsent rows in id order, each publish counted
-   * before it is tried (so that a copy sent twice is known as such).
+   * $1 batch size, $2 the ids of batches in flight: the next unsent rows in
+   * id order, each publish counted before it is tried (so that a copy sent
+   * twice is known as such).
    */
   take: `with next as (
            select id from jobfleet_outbox
            where sent_at is null and (retry_at is null or retry_at <= now())
+             and id <> all($2::bigint[])
            order by id limit $1
          )
          update jobfleet_outbox o set publishes = o.publishes + 1

@@ -1,11 +1,11 @@
-// The broker a soak runs on: a RabbitMQ 4 node of its own from the ground's
+// The broker a soak or a benchmark runs on: a RabbitMQ 4 node of its own from the ground's
 // chroot (quorum queues, the default), or the machine's RabbitMQ with a
 // classic queue when the chroot was never built.
 import { freePort } from '../test/ground/control-plane.js';
 import { rabbitmq4Root, startRabbitNode } from '../test/ground/rabbitmq-node.js';
 import { configuredUrls } from '../test/ground/services.js';
 
-export interface SoakBroker {
+export interface GroundBroker {
   amqpUrl: string;
   mgmtUrl: string;
   name: string;
@@ -13,7 +13,7 @@ export interface SoakBroker {
   stop(): Promise<void>;
 }
 
-export async function soakBroker(name: string): Promise<SoakBroker> {
+export async function groundBroker(name: string): Promise<GroundBroker> {
   const urls = configuredUrls();
   const root = rabbitmq4Root();
   if (!root)
