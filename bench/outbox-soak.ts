@@ -72,8 +72,8 @@ const table = [
 ].join('\n');
 const body = `${header('Outbox soak: producers commit orders while relays and workers are SIGKILLed', cmd)}
 - broker: ${broker.name}; 4 producer processes (test/fixtures/outbox-producer.ts) at ${o.rate} orders/s together, each order and its job in one transaction, one in ten rolled back; 2 relay processes (one active, one standing by, trying the lock every 500 ms); 2 effect-worker processes in transactional mode (the effect commits with the completion record), prefetch 16, lease 5 s; a relay or a worker SIGKILLed every 1.5–3 s and started again.
-- republished rows: publishes beyond the first (\`publishes - 1\`, summed over the outbox's rows): a relay died after taking a batch and before marking it. Copies absorbed: deliveries the workers' claims acked as duplicates (those copies, and redeliveries after a worker's death between its completion and its ack).
-- every run: ${rows.map((f) => `${f.shippedOnce} of ${f.committed} committed orders shipped once, ${f.missing} missing, ${f.duplicates} twice, ${f.phantoms} rolled back yet shipped`).join('; ')}.
+- republished rows: rows a relay had in flight when it was killed (noted by the statement that takes a batch), published again by the relay that took over (\`publishes - 1\`, summed over the outbox's rows); a row the dead relay took and had not yet sent counts too. Copies absorbed: deliveries the workers' claims acked as duplicates (those copies, and redeliveries after a worker's death between its completion and its ack).
+- runs 1–${o.runs}: committed orders shipped once ${rows.map((f) => `${f.shippedOnce}/${f.committed}`).join(', ')}; missing ${rows.map((f) => f.missing).join(', ')}; shipped twice ${rows.map((f) => f.duplicates).join(', ')}; rolled back yet shipped ${rows.map((f) => f.phantoms).join(', ')}; copies absorbed by claims ${rows.map((f) => f.absorbed).join(', ')}.
 
 ${table}
 `;

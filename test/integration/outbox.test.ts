@@ -175,7 +175,8 @@ describe('transactional outbox: one effect per committed order, none per rolled-
     // mid-batch: rows taken and published, none confirmed (the relay waits for them)
     const inFlight = () =>
       count(
-        'select count(*)::int as n from jobfleet_outbox where publishes > 0 and sent_at is null',
+        `select count(*)::int as n from jobfleet_outbox o, jobfleet_outbox_relay r
+         where o.id = any(r.in_flight) and o.sent_at is null`,
       );
     await eventually('a batch in flight', async () => ((await inFlight()) > 0 ? true : undefined));
     const taken = await inFlight();

@@ -112,6 +112,8 @@ class OutboxRelay implements Relay {
   private conn: ChannelModel | undefined;
   private ch: ConfirmChannel | undefined;
   private brokerFailures = 0;
+  /** rows the previous holder had in flight when this relay took the lock (their ids) */
+  private suspects = new Set<string>();
   /** the last failure not yet written to the relay's row */
   private unreported: string | null = null;
 
@@ -230,7 +232,11 @@ class OutboxRelay implements Relay {
     session.on('notification', onNotify);
     try {
       await session.query(`listen ${NOTIFY_CHANNEL}`);
-      await session.query(OUTBOX_SQL.activate, [this.holder]);
+      const { rows: before } = await session.query<{ in_flight: string[] }>(OUTBOX_SQL.activate, [
+        this.holder,
+      ]);
+      // rows the previous holder published, perhaps, and did not mark: their next publish is a second
+      this.suspects = new Set(before[0]?.in_flight ?? []);
       this.setActive(true);
       let beat = 0;
       let swept = Date.now();
@@ -246,58 +252,66 @@ class OutboxRelay implements Relay {
           await this.sweep(session);
           swept = Date.now();
         }
-        const ch = await this.channel();
-        if (!ch) {
-          await this.sleep(this.backoff(this.brokerFailures));
-          continue;
-        }
-        // Up to PIPELINE batches published ahead of their marks: the next batch is
-        // taken and sent while the broker confirms the last (the same channel keeps
-        // their order).
-        if (inFlight.length < PIPELINE) {
-          this.poked = false;
-          const { rows } = await session.query<OutboxRow>(OUTBOX_SQL.take, [
-            this.o.batchSize,
-            inFlight.flatMap((b) => b.ids),
-          ]);
-          if (rows.length > 0) {
-            rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
-            const batch: InFlight = {
-              ids: rows.map((r) => r.id),
-              ch,
-              confirmed: false,
-              done: publishBatch(ch, rows).then((r) => {
-                batch.confirmed = true;
-                return r;
-              }),
-            };
-            inFlight.push(batch);
-            continue;
-          }
-        }
-        const first = inFlight[0];
-        if (!first) {
-          await this.sleep(this.o.pollMs);
-          continue;
-        }
-        if (inFlight.length < PIPELINE && !first.confirmed) {
-          // its confirms, or new rows to take beside it, whichever comes first
-          await Promise.race([first.done, this.sleep(this.o.pollMs)]);
-          if (!first.confirmed) continue;
-        }
-        inFlight.shift();
-        if (await this.settle(session, await first.done)) {
-          // its channel is gone: the batches sent on it fail too; settled before a new one
-          for (const b of inFlight.splice(0)) await this.settle(session, await b.done);
-          this.brokerFailures++;
-          if (this.ch === first.ch) await this.closeBroker();
-          await this.sleep(this.backoff(this.brokerFailures));
-        }
+        await this.pump(session, inFlight);
       }
       // stopped: the batches in flight are confirmed (or not) and marked before the lock goes
-      for (const b of inFlight.splice(0)) await this.settle(session, await b.done);
+      await this.settleAll(session, inFlight);
     } finally {
       session.off('notification', onNotify);
+    }
+  }
+
+  /**
+   * One step: take and publish a batch while fewer than PIPELINE are in
+   * flight (the same channel keeps their order), else mark the oldest once
+   * its confirms are in; wait when there is nothing to do.
+   */
+  private async pump(session: pg.PoolClient, inFlight: InFlight[]): Promise<void> {
+    const ch = await this.channel();
+    if (!ch) return this.sleep(this.backoff(this.brokerFailures));
+    if (inFlight.length < PIPELINE) {
+      this.poked = false;
+      const { rows } = await session.query<OutboxRow>(OUTBOX_SQL.take, [
+        this.o.batchSize,
+        inFlight.flatMap((b) => b.ids),
+        this.holder,
+      ]);
+      if (rows.length > 0) {
+        const batch: InFlight = {
+          ids: rows.map((r) => r.id),
+          ch,
+          confirmed: false,
+          done: publishBatch(ch, rows).then((r) => {
+            batch.confirmed = true;
+            return r;
+          }),
+        };
+        inFlight.push(batch);
+        return;
+      }
+    }
+    const first = inFlight[0];
+    if (!first) return this.sleep(this.o.pollMs);
+    if (inFlight.length < PIPELINE && !first.confirmed) {
+      // its confirms, or new rows to take beside it, whichever comes first
+      await Promise.race([first.done, this.sleep(this.o.pollMs)]);
+      if (!first.confirmed) return;
+    }
+    inFlight.shift();
+    if (await this.settle(session, await first.done, inFlight)) {
+      // its channel is gone: the batches sent on it fail too; settled before a new one
+      await this.settleAll(session, inFlight);
+      this.brokerFailures++;
+      if (this.ch === first.ch) await this.closeBroker();
+      await this.sleep(this.backoff(this.brokerFailures));
+    }
+  }
+
+  /** Every batch in flight, oldest first, once its confirms (or failures) are in. */
+  private async settleAll(session: pg.PoolClient, inFlight: InFlight[]): Promise<void> {
+    while (inFlight.length) {
+      const b = inFlight.shift() as InFlight;
+      await this.settle(session, await b.done, inFlight);
     }
   }
 
@@ -305,13 +319,23 @@ class OutboxRelay implements Relay {
    * Marks the confirmed rows sent; the refused ones wait. True when the
    * channel was lost (its rows are tried again once it is back).
    */
-  private async settle(session: pg.PoolClient, results: Published[]): Promise<boolean> {
+  private async settle(
+    session: pg.PoolClient,
+    results: Published[],
+    stillInFlight: readonly InFlight[],
+  ): Promise<boolean> {
     const ok = results.filter((r) => !r.failed);
     if (ok.length > 0) {
-      await session.query(OUTBOX_SQL.sent, [ok.map((r) => r.row.id), this.holder]);
+      const again = ok.filter((r) => this.suspects.has(r.row.id)).map((r) => r.row.id);
+      await session.query(OUTBOX_SQL.sent, [
+        ok.map((r) => r.row.id),
+        this.holder,
+        stillInFlight.flatMap((b) => b.ids),
+        again,
+      ]);
       this.metrics.published(ok.length);
-      const again = ok.filter((r) => r.row.publishes > 1).length;
-      if (again > 0) this.metrics.republished(again);
+      if (again.length > 0) this.metrics.republished(again.length);
+      for (const id of again) this.suspects.delete(id);
     }
     const failed = results.filter((r) => r.failed);
     if (failed.length === 0) return false;
@@ -332,7 +356,7 @@ class OutboxRelay implements Relay {
       const m = (r.failed as NonNullable<Published['failed']>).message;
       byMessage.set(m, [...(byMessage.get(m) ?? []), r.row.id]);
     }
-    const waitMs = this.backoff(Math.max(...failed.map((r) => r.row.publishes)));
+    const waitMs = this.backoff(1 + Math.max(...failed.map((r) => r.row.publishes)));
     for (const [message, ids] of byMessage)
       await session.query(OUTBOX_SQL.refused, [ids, waitMs, message]);
     return false;

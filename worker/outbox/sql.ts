@@ -25,7 +25,8 @@ create table jobfleet_outbox (
   -- more AMQP headers, string values (e.g. traceparent)
   headers        jsonb,
   created_at     timestamptz not null default clock_timestamp(),
-  -- publishes tried: above 1 when sent, a copy may have gone out twice (the
+  -- publishes tried, as far as the relays know: 2 or more when a relay died
+  -- with the row in flight, so that a copy may have gone out twice (the
   -- consumer's claim absorbs it: same key)
   publishes      integer not null default 0,
   -- a row the broker refused waits until then (the others go on)
@@ -47,7 +48,10 @@ create table jobfleet_outbox_relay (
   heartbeat_at  timestamptz not null,
   last_sent_at  timestamptz,
   last_error    text,
-  last_error_at timestamptz
+  last_error_at timestamptz,
+  -- the rows the relay has published and not yet marked: whoever takes the
+  -- lock over counts their second publish
+  in_flight     bigint[] not null default '{}'
 );
 
 -- Wakes the relay within milliseconds of a commit (NOTIFY is delivered at
@@ -82,12 +86,17 @@ export const OUTBOX_SQL = {
   tryLock: `select pg_try_advisory_lock(${RELAY_LOCK_CLASS}, 'jobfleet_outbox'::regclass::oid::int) as locked,
                    current_schema() as schema`,
 
-  /** $1 holder: the relay is active. */
-  activate: `insert into jobfleet_outbox_relay (holder, active_since, heartbeat_at)
+  /**
+   * $1 holder: the relay is active. Answers the rows the previous holder
+   * had in flight (published, perhaps, and not marked).
+   */
+  activate: `with before as (select in_flight from jobfleet_outbox_relay)
+             insert into jobfleet_outbox_relay (holder, active_since, heartbeat_at)
              values ($1, now(), now())
              on conflict (one) do update
                set holder = excluded.holder, active_since = now(), heartbeat_at = now(),
-                   last_error = null, last_error_at = null`,
+                   last_error = null, last_error_at = null, in_flight = '{}'
+             returning coalesce((select in_flight from before), '{}')::text[] as in_flight`,
 
   /** $1 holder, $2 the last error (null: none since the last heartbeat). */
   heartbeat: `update jobfleet_outbox_relay set heartbeat_at = now(),
@@ -96,33 +105,45 @@ export const OUTBOX_SQL = {
               where holder = $1`,
 
   /**
-   * $1 batch size, $2 the ids of batches in flight: the next unsent rows in
-   * id order, each publish counted before it is tried (so that a copy sent
-   * twice is known as such).
+   * $1 batch size, $2 the ids of the batches in flight, $3 holder: the next
+   * unsent rows in id order, noted in flight with the others (one statement:
+   * a relay that dies with them published is known to have).
    */
   take: `with next as (
-           select id from jobfleet_outbox
+           select id, queue, message_id, key, type, schema_version, payload::text as payload,
+                  headers, (extract(epoch from created_at) * 1000)::float8 as created_ms, publishes
+           from jobfleet_outbox
            where sent_at is null and (retry_at is null or retry_at <= now())
              and id <> all($2::bigint[])
            order by id limit $1
+         ), noted as (
+           update jobfleet_outbox_relay
+           set in_flight = $2::bigint[] || array(select id from next)
+           where holder = $3
          )
-         update jobfleet_outbox o set publishes = o.publishes + 1
-         from next where o.id = next.id
-         returning o.id::text as id, o.queue, o.message_id, o.key, o.type, o.schema_version,
-                   o.payload::text as payload, o.headers,
-                   (extract(epoch from o.created_at) * 1000)::float8 as created_ms, o.publishes`,
+         select id::text as id, queue, message_id, key, type, schema_version, payload, headers,
+                created_ms, publishes
+         from next order by next.id`,
 
-  /** $1 ids confirmed by the broker, $2 holder (a WITH that writes runs whether read or not). */
+  /**
+   * $1 ids confirmed by the broker, $2 holder, $3 the ids still in flight, $4
+   * those of them a dead relay had published too (a WITH that writes runs
+   * whether read or not).
+   */
   sent: `with sent as (
-           update jobfleet_outbox set sent_at = now(), last_error = null, retry_at = null
+           update jobfleet_outbox
+           set sent_at = now(), last_error = null, retry_at = null,
+               publishes = publishes + case when id = any($4::bigint[]) then 2 else 1 end
            where id = any($1::bigint[]) and sent_at is null
          )
-         update jobfleet_outbox_relay set last_sent_at = now(), heartbeat_at = now()
+         update jobfleet_outbox_relay
+         set last_sent_at = now(), heartbeat_at = now(), in_flight = $3::bigint[]
          where holder = $2`,
 
   /** $1 ids the broker refused, $2 their wait (ms), $3 why: they wait; the others go on. */
   refused: `update jobfleet_outbox
-            set retry_at = now() + $2 * interval '1 millisecond', last_error = $3
+            set retry_at = now() + $2 * interval '1 millisecond', last_error = $3,
+                publishes = publishes + 1
             where id = any($1::bigint[]) and sent_at is null`,
 
   /** $1 seconds kept after sending, $2 batch: sent rows past their retention, oldest first. */
