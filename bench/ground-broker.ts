@@ -22,7 +22,7 @@ export async function groundBroker(name: string): Promise<GroundBroker> {
       mgmtUrl: urls.rabbitMgmtUrl,
       name: "the machine's RabbitMQ, classic queue",
       queueType: 'classic',
-      stop: async () => undefined,
+      stop: () => Promise.resolve(),
     };
   const node = await startRabbitNode({
     root,
