@@ -213,6 +213,29 @@ describe('transactional outbox: one effect per committed order, none per rolled-
     await eachOrderOnce();
   });
 
+  it('the relay frozen (SIGSTOP) with its session open: a standby ends that session and takes over', async () => {
+    await worker();
+    const frozen = await producer({ RELAY: '1', SILENT_S: '3' });
+    await eventually('the first relay active', async () =>
+      (await frozen.metric('jobfleet_test_relay_active')) === 1 ? true : undefined,
+    );
+    const standby = await producer({ RELAY: '1', SILENT_S: '3' });
+    frozen.proc.kill('SIGSTOP');
+    await producer({ ORDERS: '30' }).then((p) => p.line((l) => l.done === true));
+    await eventually(
+      'the standby active',
+      async () => ((await standby.metric('jobfleet_test_relay_active')) === 1 ? true : undefined),
+      30_000,
+    );
+    await eachOrderOnce();
+    // thawed, the old relay finds its session gone and stands by
+    frozen.proc.kill('SIGCONT');
+    await eventually('the thawed relay standing by', async () =>
+      (await frozen.metric('jobfleet_test_relay_active')) === 0 ? true : undefined,
+    );
+    expect(await standby.metric('jobfleet_test_relay_active')).toBe(1);
+  });
+
   it("the relay's PostgreSQL backend terminated: the lock is taken again and nothing is lost", async () => {
     await worker();
     const relay = await producer({ RELAY: '1' });

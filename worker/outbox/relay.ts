@@ -43,6 +43,11 @@ export interface RelayOptions {
   standbyMs?: number;
   /** how often the relay's row and gauges are refreshed (default 5000 ms) */
   heartbeatMs?: number;
+  /**
+   * a standby ends the active relay's session when it has run no statement
+   * for this long (a frozen process keeps its lock otherwise; default 60 s)
+   */
+  silentAfterSeconds?: number;
   /** sent rows are deleted this long after their confirm (default 24 h) */
   retentionSeconds?: number;
   /** the longest wait between tries while the broker or the database fails (default 30 s) */
@@ -98,6 +103,7 @@ class OutboxRelay implements Relay {
       | 'pollMs'
       | 'standbyMs'
       | 'heartbeatMs'
+      | 'silentAfterSeconds'
       | 'retentionSeconds'
       | 'maxBackoffMs'
       | 'random'
@@ -130,6 +136,7 @@ class OutboxRelay implements Relay {
       pollMs: opts.pollMs ?? 1000,
       standbyMs: opts.standbyMs ?? 2000,
       heartbeatMs: opts.heartbeatMs ?? 5000,
+      silentAfterSeconds: opts.silentAfterSeconds ?? 60,
       retentionSeconds: opts.retentionSeconds ?? 86_400,
       maxBackoffMs: opts.maxBackoffMs ?? 30_000,
       random: opts.random ?? Math.random,
@@ -194,12 +201,22 @@ class OutboxRelay implements Relay {
       ).rows[0] as { locked: boolean; schema: string };
       held = locked;
       if (!locked) {
+        // a holder silent past silentAfterSeconds is frozen: end its session, take the lock next
+        const { rows } = await session.query<{ ended: boolean }>(OUTBOX_SQL.endSilent, [
+          this.o.silentAfterSeconds,
+        ]);
+        if (rows[0]?.ended)
+          this.log.warn(
+            { silentAfterSeconds: this.o.silentAfterSeconds },
+            'outbox relay: the active relay went silent; its session ended, taking over',
+          );
         session.off('error', onError);
         session.release();
         returned = true;
-        await this.sleep(this.o.standbyMs);
+        if (!rows[0]?.ended) await this.sleep(this.o.standbyMs);
         return;
       }
+      await session.query(OUTBOX_SQL.keepalive);
       await this.relay(session, schema, () => broken);
     } catch (err) {
       broken ??= err as Error;
@@ -292,8 +309,9 @@ class OutboxRelay implements Relay {
     }
     const first = inFlight[0];
     if (!first) return this.sleep(this.o.pollMs);
-    if (inFlight.length < PIPELINE && !first.confirmed) {
-      // its confirms, or new rows to take beside it, whichever comes first
+    if (!first.confirmed) {
+      // its confirms, or new rows to take beside it, whichever comes first; and at least
+      // every poll round the loop (its heartbeat shows a standby this relay is alive)
       await Promise.race([first.done, this.sleep(this.o.pollMs)]);
       if (!first.confirmed) return;
     }

@@ -87,6 +87,29 @@ export const OUTBOX_SQL = {
                    current_schema() as schema`,
 
   /**
+   * The lock's session notices a peer gone without a word (its node lost,
+   * its network cut) within about 25 s, not the system's two hours: the
+   * server ends the backend, and the lock goes with it.
+   */
+  keepalive: `select set_config('tcp_keepalives_idle', '10', false),
+                     set_config('tcp_keepalives_interval', '5', false),
+                     set_config('tcp_keepalives_count', '3', false)`,
+
+  /**
+   * $1 seconds: the holder's backend ended when it has run no statement for
+   * that long (an active relay runs one every poll: this one's process is
+   * frozen, its session open, and keepalives cannot tell), so that a standby
+   * can take the lock. A backend of another role shows no state_change here,
+   * and is left alone. Answers whether one was ended.
+   */
+  endSilent: `select coalesce(bool_or(pg_terminate_backend(l.pid)), false) as ended
+              from pg_locks l join pg_stat_activity a on a.pid = l.pid
+              where l.locktype = 'advisory' and l.granted
+                and l.database = (select oid from pg_database where datname = current_database())
+                and l.classid = ${RELAY_LOCK_CLASS} and l.objid = 'jobfleet_outbox'::regclass::oid
+                and a.state_change < now() - $1 * interval '1 second'`,
+
+  /**
    * $1 holder: the relay is active. Answers the rows the previous holder
    * had in flight (published, perhaps, and not marked).
    */
