@@ -21,7 +21,9 @@ export async function createSchema(pgUrl: string): Promise<PgSchema> {
     await admin.end();
   }
   const u = new URL(pgUrl);
-  u.searchParams.set('options', `-c search_path=${schema}`);
+  // %20, not the form encoding's "+": libpq (psql, as the docs use it) reads only the former
+  u.searchParams.delete('options');
+  u.search = `${u.search ? `${u.search}&` : '?'}options=${encodeURIComponent(`-c search_path=${schema}`)}`;
   const url = u.toString();
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   return {
