@@ -5,4 +5,4 @@ export { enqueue, insertEntries, migrateOutbox, type Queryable } from './enqueue
 export { outboxEntry, type OutboxEntry, type OutboxJob } from './rows.js';
 export { startRelay, type Relay, type RelayOptions } from './relay.js';
 export { outboxMetrics } from './metrics.js';
-export { OUTBOX_MIGRATIONS, OUTBOX_SQL } from './sql.js';
+export { OUTBOX_MIGRATIONS } from './sql.js';
