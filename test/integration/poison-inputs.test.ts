@@ -160,7 +160,8 @@ describe('a message the claim store cannot hold is one dead letter, never a loop
 
 describe('a consumer cancelled by the broker', () => {
   it('reconnects and closes the old connection: 20 cancels leave one connection', async () => {
-    const w = await h.startWorker();
+    // the consumer's connection alone: no outbox relay (its own connection comes when it is active)
+    const w = await h.startWorker({ config: { outboxRelay: 'off' } });
     // This process's open connections to the broker, read live from the kernel
     // (the management API lists connections from sampled statistics).
     const port = new URL(h.rabbit.amqpUrl).port || '5672';
