@@ -211,6 +211,8 @@ class QueueWorker implements Worker {
   private sweeper: NodeJS.Timeout | undefined;
   /** the outbox relays this worker runs (docs/outbox.md): active, or standing by */
   private relays: Relay[] = [];
+  /** the pool of the producer's outbox JOBFLEET_OUTBOX_URL names, when it names one */
+  private outboxPool: pg.Pool | undefined;
   private readonly signalHandler = () => {
     this.log.info('signal received: draining');
     this.stop().then(
@@ -377,8 +379,6 @@ class QueueWorker implements Worker {
       this.relays.push(startRelay({ ...common, pool, outbox: 'outbox' }));
     }
   }
-
-  private outboxPool: pg.Pool | undefined;
 
   /**
    * Waits (with backoff) until PostgreSQL answers; migrates on first contact.

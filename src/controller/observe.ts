@@ -81,7 +81,19 @@ export interface ReconcileCounts {
 const WORKER_COUNTERS_READ_MS = 30_000;
 
 /** How long a reconcile waits for a quarantine read before going on with the last one. */
-const DEAD_LETTER_READ_WAIT_MS = 2000;
+const DATABASE_READ_WAIT_MS = 2000;
+
+/**
+ * A database read, or undefined once DATABASE_READ_WAIT_MS has passed: a slow
+ * database holds a reconcile for at most that long (the read goes on).
+ */
+function withinReadWait<T>(read: Promise<T>): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<undefined>((res) => {
+    timer = setTimeout(() => res(undefined), DATABASE_READ_WAIT_MS);
+  });
+  return Promise.race([read, late]).finally(() => clearTimeout(timer));
+}
 
 export class Observer {
   /** Secrets are not watched (they are not ours to list): read at most every 30 s per Secret. */
@@ -178,15 +190,9 @@ export class Observer {
       (stats) => ({ stats }),
       (err: unknown) => ({ error: (err as Error).message }),
     );
-    const r = await Promise.race([
-      read,
-      new Promise<{ error: string }>((res) =>
-        setTimeout(
-          () => res({ error: 'the outbox database did not answer within 2 s' }),
-          DEAD_LETTER_READ_WAIT_MS,
-        ),
-      ),
-    ]);
+    const r = (await withinReadWait(read)) ?? {
+      error: 'the outbox database did not answer within 2 s',
+    };
     return { stalledAfterSeconds: o.stalledAfterSeconds, ...r };
   }
 
@@ -354,11 +360,7 @@ export class Observer {
     void read.then((r) => {
       if (current()) memory.deadLetters = r;
     });
-    const r =
-      (await Promise.race([
-        read,
-        new Promise<undefined>((res) => setTimeout(() => res(undefined), DEAD_LETTER_READ_WAIT_MS)),
-      ])) ?? memory.deadLetters;
+    const r = (await withinReadWait(read)) ?? memory.deadLetters;
     return {
       owner: spec.deadLetter.owner,
       maxAgeSeconds: spec.deadLetter.maxAgeSeconds,
